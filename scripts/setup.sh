@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every build/run dependency from Debian packages (idempotent), then configures and builds
+# the release preset. Safe to run again: apt skips what is installed, cmake rebuilds only what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake pkg-config            # toolchain
+  libdnnl-dev                                 # oneDNN: fp32 matmul (AVX-512 JIT)
+  libsentencepiece-dev sentencepiece          # BPE tokenizer
+  nlohmann-json3-dev libcli11-dev libfmt-dev  # config/JSON, CLI, formatting
+  libgtest-dev libbenchmark-dev               # tests, micro-benchmarks
+  python3.11-doc linux-doc-6.1                # the built-in default corpus (reST sources)
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake --preset release >/dev/null
+cmake --build --preset release
+echo "setup: built build/release/hybridlm"

@@ -1,0 +1,18 @@
+#pragma once
+// Each subcommand file defines a `register_*` function that adds its CLI11 subcommand and returns the
+// action to run when it was chosen.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <vector>
+
+namespace hlm::cli {
+
+struct Command {
+  CLI::App* sub = nullptr;
+  std::function<int()> run;
+};
+
+std::vector<Command> all_commands(CLI::App& app);
+
+}  // namespace hlm::cli
