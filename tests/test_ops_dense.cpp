@@ -2,11 +2,19 @@
 // plain double references, plus central finite-difference gradient checks.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
 #include "ops/matmul.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
 #include "testing.h"
 
 using namespace hlm;
@@ -99,4 +107,402 @@ TEST(Linear, ForwardAndBackwardMatchReferenceAndAccumulate) {
   auto dW2 = dW0;
   ops::linear_backward(x.data(), W.data(), dy.data(), nullptr, dW2.data(), N, in, out);
   EXPECT_TRUE(close_rel(dW2, dWwant, 1e-6, "linear dx=nullptr"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+namespace {
+
+// Runs a body with a given OpenMP thread count and restores the previous one.
+template <typename Fn>
+void with_threads(int nt, Fn&& fn) {
+  const int old = omp_get_max_threads();
+  omp_set_num_threads(nt);
+  fn();
+  omp_set_num_threads(old);
+}
+
+std::vector<int32_t> rand_tokens(i64 n, i64 V, uint64_t seed) {
+  Rng r(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(r.below(V));
+  return t;
+}
+
+double dot(const std::vector<double>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+// ----------------------------------------- embedding -----------------------------------------------
+TEST(Embedding, ForwardGathersRowsAndRejectsOutOfRangeTokens) {
+  const i64 N = 37, D = 45, V = 103;
+  auto table = randn(V * D, 21);
+  auto tok = rand_tokens(N, V, 22);
+  tok[0] = 0, tok[1] = V - 1;
+  auto out = nan_vec(N * D);
+  ops::embedding_forward(tok.data(), table.data(), out.data(), N, D, V);
+  for (i64 n = 0; n < N; ++n)
+    for (i64 d = 0; d < D; ++d) ASSERT_EQ(out[n * D + d], table[tok[n] * D + d]) << n << "," << d;
+
+  for (int32_t bad : {static_cast<int32_t>(V), -1}) {
+    auto t2 = tok;
+    t2[5] = bad;
+    EXPECT_THROW(ops::embedding_forward(t2.data(), table.data(), out.data(), N, D, V), Error);
+    std::vector<float> dt(V * D, 0.f);
+    EXPECT_THROW(ops::embedding_backward(t2.data(), out.data(), dt.data(), N, D, V), Error);
+  }
+}
+
+TEST(Embedding, BackwardAccumulatesScatterAndMatchesFiniteDifferences) {
+  const i64 N = 37, D = 45, V = 11;  // small V: many repeated tokens
+  auto table = randn(V * D, 23);
+  auto tok = rand_tokens(N, V, 24);
+  auto dout = randn(N * D, 25);
+  auto dt0 = randn(V * D, 26);
+  auto dt = dt0;
+  ops::embedding_backward(tok.data(), dout.data(), dt.data(), N, D, V);
+  // loss = <G, table[tokens]> in double; its gradient w.r.t. table is the scatter of G (central FD).
+  std::vector<double> table_d = to_double(table), G = to_double(dout);
+  auto loss = [&]() {
+    double s = 0;
+    for (i64 n = 0; n < N; ++n)
+      for (i64 d = 0; d < D; ++d) s += G[n * D + d] * table_d[tok[n] * D + d];
+    return s;
+  };
+  std::vector<double> want(V * D);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = dt0[i] + fd_grad(table_d, i, loss, 1e-3);
+  EXPECT_TRUE(close_rel(dt, want, 1e-6, "embedding dtable"));
+
+  // Bit-identical whatever the thread count (rows summed in token order).
+  std::vector<float> a(V * D, 0.f), b(V * D, 0.f);
+  with_threads(1, [&] { ops::embedding_backward(tok.data(), dout.data(), a.data(), N, D, V); });
+  with_threads(3, [&] { ops::embedding_backward(tok.data(), dout.data(), b.data(), N, D, V); });
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// ------------------------------------------ rmsnorm ------------------------------------------------
+namespace {
+std::vector<double> ref_rmsnorm(const std::vector<double>& x, const std::vector<double>* w, i64 N, i64 D, double eps,
+                                std::vector<double>* rstd = nullptr) {
+  std::vector<double> y(N * D);
+  if (rstd) rstd->resize(N);
+  for (i64 n = 0; n < N; ++n) {
+    double ss = 0;
+    for (i64 d = 0; d < D; ++d) ss += x[n * D + d] * x[n * D + d];
+    double r = 1.0 / std::sqrt(ss / D + eps);
+    if (rstd) (*rstd)[n] = r;
+    for (i64 d = 0; d < D; ++d) y[n * D + d] = x[n * D + d] * r * (w ? (*w)[d] : 1.0);
+  }
+  return y;
+}
+}  // namespace
+
+TEST(RMSNorm, ForwardAndGradientsMatchDoubleReferenceWithAndWithoutWeight) {
+  const i64 N = 37, D = 45;
+  const float eps = 1e-5f;
+  auto x = randn(N * D, 31);
+  auto w = randn(D, 32, 0.5);
+  for (auto& v : w) v += 1.f;
+  auto dy = randn(N * D, 33);
+  for (bool weighted : {true, false}) {
+    SCOPED_TRACE(weighted ? "weighted" : "weightless");
+    std::vector<double> xd = to_double(x), wd = to_double(w), G = to_double(dy);
+    std::vector<double>* wp = weighted ? &wd : nullptr;
+    std::vector<double> rstd_ref;
+    auto yref = ref_rmsnorm(xd, wp, N, D, eps, &rstd_ref);
+    auto y = nan_vec(N * D), rstd = nan_vec(N);
+    ops::rmsnorm_forward(x.data(), weighted ? w.data() : nullptr, y.data(), rstd.data(), N, D, eps);
+    EXPECT_TRUE(close_rel(y, yref, 1e-6, "rmsnorm y"));
+    EXPECT_TRUE(close_rel(rstd, rstd_ref, 1e-6, "rmsnorm rstd"));
+
+    auto dx = nan_vec(N * D);
+    auto dw0 = randn(D, 34);
+    auto dw = dw0;
+    ops::rmsnorm_backward(x.data(), weighted ? w.data() : nullptr, rstd.data(), dy.data(), dx.data(),
+                          weighted ? dw.data() : nullptr, N, D);
+    auto loss = [&]() { return dot(ref_rmsnorm(xd, wp, N, D, eps), dy); };
+    std::vector<double> dx_fd(N * D);
+    for (i64 i = 0; i < N * D; ++i) dx_fd[i] = fd_grad(xd, i, loss, 1e-5);
+    EXPECT_TRUE(close_rel(dx, dx_fd, 1e-5, "rmsnorm dx"));
+    if (weighted) {
+      std::vector<double> dw_fd(D);
+      for (i64 d = 0; d < D; ++d) dw_fd[d] = dw0[d] + fd_grad(wd, d, loss, 1e-5);
+      EXPECT_TRUE(close_rel(dw, dw_fd, 1e-5, "rmsnorm dw (accumulated)"));
+    }
+  }
+}
+
+// ------------------------------------------ swiglu -------------------------------------------------
+namespace {
+std::vector<double> ref_swiglu(const std::vector<double>& gu, i64 N, i64 F) {
+  std::vector<double> h(N * F);
+  for (i64 n = 0; n < N; ++n)
+    for (i64 f = 0; f < F; ++f) {
+      double g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
+      h[n * F + f] = g / (1.0 + std::exp(-g)) * u;
+    }
+  return h;
+}
+}  // namespace
+
+TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
+  const i64 N = 37, F = 45;
+  auto gu = randn(N * 2 * F, 41, 2.0);
+  gu[0] = 30.f, gu[1] = -30.f, gu[2] = 95.f, gu[3] = -95.f;  // saturated gates stay finite and exact
+  auto dh = randn(N * F, 42);
+  std::vector<double> gud = to_double(gu);
+  auto h = nan_vec(N * F);
+  ops::swiglu_forward(gu.data(), h.data(), N, F);
+  EXPECT_TRUE(close_rel(h, ref_swiglu(gud, N, F), 1e-6, "swiglu h"));
+
+  auto dgu = nan_vec(N * 2 * F);
+  ops::swiglu_backward(gu.data(), dh.data(), dgu.data(), N, F);
+  auto loss = [&]() { return dot(ref_swiglu(gud, N, F), dh); };
+  std::vector<double> fd(N * 2 * F);
+  for (i64 i = 0; i < N * 2 * F; ++i) fd[i] = fd_grad(gud, i, loss, 1e-5);
+  EXPECT_TRUE(close_rel(dgu, fd, 1e-5, "swiglu dgu"));
+  for (float v : dgu) ASSERT_TRUE(std::isfinite(v));
+}
+
+// -------------------------------------------- rope -------------------------------------------------
+namespace {
+// Reference half-split rotation in double, angles p * theta^(-2m/hd).
+void ref_rope(std::vector<double>& x, i64 B, i64 T, i64 H, i64 hd, i64 stride, const int32_t* pos, double theta) {
+  for (i64 i = 0; i < B * T; ++i) {
+    double p = pos ? pos[i] : i % T;
+    for (i64 h = 0; h < H; ++h)
+      for (i64 m = 0; m < hd / 2; ++m) {
+        double a = p * std::pow(theta, -2.0 * m / hd);
+        double& x1 = x[i * stride + h * hd + m];
+        double& x2 = x[i * stride + h * hd + m + hd / 2];
+        double u = x1, v = x2;
+        x1 = u * std::cos(a) - v * std::sin(a);
+        x2 = v * std::cos(a) + u * std::sin(a);
+      }
+  }
+}
+}  // namespace
+
+TEST(RoPE, TableForwardBackwardMatchReferenceAndKeepPadding) {
+  const i64 B = 2, T = 13, H = 3, hd = 10, stride = H * hd + 7, maxp = 5000;
+  const double theta = 10000.0;
+  ops::RopeTable tab(maxp, hd, theta);
+  ASSERT_EQ(tab.cos.size(), size_t(maxp * hd / 2));
+  for (i64 p : {i64{0}, i64{1}, i64{4999}})
+    for (i64 m = 0; m < hd / 2; ++m) {
+      double a = double(p) * std::pow(theta, -2.0 * m / hd);
+      EXPECT_EQ(tab.cos[p * hd / 2 + m], static_cast<float>(std::cos(a)));
+      EXPECT_EQ(tab.sin[p * hd / 2 + m], static_cast<float>(std::sin(a)));
+    }
+  std::vector<int32_t> pos(B * T);
+  for (i64 i = 0; i < B * T; ++i) pos[i] = static_cast<int32_t>((i * 389) % maxp);
+  for (const int32_t* pp : {static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(pos.data())}) {
+    SCOPED_TRACE(pp ? "positions array" : "default positions");
+    auto x = randn(B * T * stride, 51);
+    for (i64 i = 0; i < B * T; ++i)
+      for (i64 c = H * hd; c < stride; ++c) x[i * stride + c] = 7.f;  // padding must survive
+    std::vector<double> want = to_double(x);
+    ref_rope(want, B, T, H, hd, stride, pp, theta);
+    auto y = x;
+    ops::rope_forward(tab, y.data(), B, T, H, stride, pp);
+    EXPECT_TRUE(close_rel(y, want, 1e-6, "rope forward"));
+    for (i64 i = 0; i < B * T; ++i)
+      for (i64 c = H * hd; c < stride; ++c) ASSERT_EQ(y[i * stride + c], 7.f);
+
+    // Backward = gradient of <G, rope(x)> w.r.t. x, checked by central FD through the double reference.
+    auto G = randn(B * T * stride, 52);
+    for (i64 i = 0; i < B * T; ++i)
+      for (i64 c = H * hd; c < stride; ++c) G[i * stride + c] = 0.f;
+    std::vector<double> xd = to_double(x);
+    auto loss = [&]() {
+      auto r = xd;
+      ref_rope(r, B, T, H, hd, stride, pp, theta);
+      double s = 0;
+      for (size_t i = 0; i < r.size(); ++i) s += r[i] * G[i];
+      return s;
+    };
+    std::vector<double> fd(xd.size());
+    for (size_t i = 0; i < fd.size(); ++i) fd[i] = fd_grad(xd, i, loss, 1e-3);
+    auto dx = G;
+    ops::rope_backward(tab, dx.data(), B, T, H, stride, pp);
+    // Padding columns of dx stay as given (0 here), which is also their FD gradient.
+    EXPECT_TRUE(close_rel(dx, fd, 1e-6, "rope backward"));
+  }
+  auto x = randn(B * T * stride, 53);
+  pos[3] = static_cast<int32_t>(maxp);
+  EXPECT_THROW(ops::rope_forward(tab, x.data(), B, T, H, stride, pos.data()), Error);
+  ops::RopeTable small(8, hd, theta);
+  EXPECT_THROW(ops::rope_forward(small, x.data(), B, T, H, stride), Error);  // T > max_pos
+  EXPECT_THROW(ops::rope_forward(tab, x.data(), B, T, H, H * hd - 1), Error);
+  EXPECT_THROW(ops::RopeTable(8, 7, theta), Error);  // odd head_dim
+}
+
+TEST(RoPE, ScoresDependOnlyOnRelativePosition) {
+  const i64 hd = 64, maxp = 4096;
+  ops::RopeTable tab(maxp, hd, 10000.0);
+  auto q0 = randn(hd, 61), k0 = randn(hd, 62);
+  auto score = [&](int32_t pq, int32_t pk) {
+    auto q = q0, k = k0;
+    ops::rope_forward(tab, q.data(), 1, 1, 1, hd, &pq);
+    ops::rope_forward(tab, k.data(), 1, 1, 1, hd, &pk);
+    double s = 0;
+    for (i64 i = 0; i < hd; ++i) s += double(q[i]) * k[i];
+    return s;
+  };
+  double norm = 0;
+  for (i64 i = 0; i < hd; ++i) norm += std::fabs(double(q0[i]) * k0[i]);
+  for (auto [p, pp] : {std::pair{5, 2}, std::pair{100, 37}, std::pair{7, 300}})
+    for (int d : {1, 17, 1000, 3000}) {
+      // fp32 tables: the per-element rounding of cos/sin (<= 6e-8) bounds the difference.
+      EXPECT_NEAR(score(p, pp), score(p + d, pp + d), 1e-5 * norm) << p << " " << pp << " +" << d;
+    }
+  // And the score does change with the offset (the property is not vacuous).
+  EXPECT_GT(std::fabs(score(5, 2) - score(5, 3)), 1e-3);
+}
+
+// ------------------------------------ LM head cross-entropy ----------------------------------------
+namespace {
+// Reference: loss_sum = sum over counted rows of lse(h W^T) - logit[target], all in double.
+double ref_ce(const std::vector<double>& h, const std::vector<double>& W, const std::vector<int32_t>& tg, i64 N,
+              i64 D, i64 V, std::vector<double>* lse = nullptr, std::vector<double>* tl = nullptr,
+              std::vector<double>* dh = nullptr, std::vector<double>* dW = nullptr, double scale = 1.0) {
+  double total = 0;
+  if (lse) lse->assign(N, 0);
+  if (tl) tl->assign(N, 0);
+  if (dh) dh->assign(N * D, 0);
+  if (dW) dW->assign(V * D, 0);
+  std::vector<double> z(V);
+  for (i64 n = 0; n < N; ++n) {
+    double m = -1e300;
+    for (i64 v = 0; v < V; ++v) {
+      double s = 0;
+      for (i64 d = 0; d < D; ++d) s += h[n * D + d] * W[v * D + d];
+      z[v] = s;
+      m = std::max(m, s);
+    }
+    double se = 0;
+    for (i64 v = 0; v < V; ++v) se += std::exp(z[v] - m);
+    double l = m + std::log(se);
+    if (lse) (*lse)[n] = l;
+    if (tg[n] < 0) continue;
+    total += l - z[tg[n]];
+    if (tl) (*tl)[n] = l - z[tg[n]];
+    if (dh)
+      for (i64 v = 0; v < V; ++v) {
+        double g = (std::exp(z[v] - l) - (v == tg[n] ? 1.0 : 0.0)) * scale;
+        for (i64 d = 0; d < D; ++d) {
+          (*dh)[n * D + d] += g * W[v * D + d];
+          (*dW)[v * D + d] += g * h[n * D + d];
+        }
+      }
+  }
+  return total;
+}
+
+struct CeCase {
+  i64 N, D, V;
+  std::vector<float> h, W;
+  std::vector<int32_t> tg;
+  CeCase(i64 N_, i64 D_, i64 V_, uint64_t seed) : N(N_), D(D_), V(V_) {
+    h = randn(N * D, seed, 1.0);
+    W = randn(V * D, seed + 1, 0.3);  // logits ~ N(0, 0.3^2 D): a peaked, realistic softmax
+    tg = rand_tokens(N, V, seed + 2);
+    tg[1] = -1, tg[N / 2] = -100;  // ignored rows
+    tg[2] = 0, tg[3] = static_cast<int32_t>(V - 1);
+  }
+};
+}  // namespace
+
+TEST(LmHeadCE, ForwardMatchesReferenceForEveryGridAndOddTiles) {
+  CeCase c(37, 45, 103, 71);
+  std::vector<double> lse_ref, tl_ref;
+  double want = ref_ce(to_double(c.h), to_double(c.W), c.tg, c.N, c.D, c.V, &lse_ref, &tl_ref);
+  // Odd tiles (8 rows x 24 vocab: the chunk does not divide V) and default tiles; every grid shape.
+  for (ops::CeTiling tl : {ops::CeTiling{8, 24, 1, 1}, ops::CeTiling{8, 24, 3, 1}, ops::CeTiling{8, 24, 1, 4},
+                           ops::CeTiling{8, 24, 2, 3}, ops::CeTiling{5, 103, 2, 1}, ops::CeTiling{}}) {
+    SCOPED_TRACE(::testing::Message() << "tiles " << tl.rows << "x" << tl.cols << " grid " << tl.grid_p << "x"
+                                    << tl.grid_q);
+    auto lse = nan_vec(c.N), tl_loss = nan_vec(c.N);
+    double got = ops::lm_head_ce_forward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V, lse.data(),
+                                         tl_loss.data(), tl);
+    EXPECT_NEAR(got, want, 1e-6 * std::fabs(want));
+    EXPECT_TRUE(close_rel(lse, lse_ref, 1e-6, "lse"));
+    EXPECT_TRUE(close_rel(tl_loss, tl_ref, 1e-6, "token_loss"));
+    EXPECT_EQ(tl_loss[1], 0.f);
+    EXPECT_EQ(tl_loss[c.N / 2], 0.f);
+  }
+  // Default signature, no token_loss.
+  auto lse = nan_vec(c.N);
+  double got = ops::lm_head_ce_forward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V, lse.data());
+  EXPECT_NEAR(got, want, 1e-6 * std::fabs(want));
+  auto bad = c.tg;
+  bad[4] = static_cast<int32_t>(c.V);
+  EXPECT_THROW(ops::lm_head_ce_forward(c.h.data(), c.W.data(), bad.data(), c.N, c.D, c.V, lse.data()), Error);
+}
+
+TEST(LmHeadCE, BackwardMatchesFiniteDifferencesForEveryGrid) {
+  CeCase c(37, 45, 103, 81);
+  const double scale = 1.0 / 35.0;  // 1 / counted rows
+  std::vector<double> hd = to_double(c.h), Wd = to_double(c.W);
+  auto loss = [&]() { return scale * ref_ce(hd, Wd, c.tg, c.N, c.D, c.V); };
+  // Central FD of the double reference: every element of h, every 5th element of W (keeps it < 1 s).
+  std::vector<double> dh_fd(c.N * c.D);
+  for (size_t i = 0; i < dh_fd.size(); ++i) dh_fd[i] = fd_grad(hd, i, loss, 1e-5);
+  std::vector<size_t> widx;
+  for (size_t i = 0; i < Wd.size(); i += 5) widx.push_back(i);
+  std::vector<double> dW_fd;
+  for (size_t i : widx) dW_fd.push_back(fd_grad(Wd, i, loss, 1e-5));
+
+  auto dW0 = randn(c.V * c.D, 82, 0.01);
+  std::vector<float> first_dh, first_dW;
+  for (ops::CeTiling tl : {ops::CeTiling{8, 24, 1, 1}, ops::CeTiling{8, 24, 3, 1}, ops::CeTiling{8, 24, 1, 4},
+                           ops::CeTiling{8, 24, 2, 3}, ops::CeTiling{5, 103, 2, 1}, ops::CeTiling{}}) {
+    SCOPED_TRACE(::testing::Message() << "tiles " << tl.rows << "x" << tl.cols << " grid " << tl.grid_p << "x"
+                                    << tl.grid_q);
+    auto lse = nan_vec(c.N);
+    ops::lm_head_ce_forward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V, lse.data(), nullptr, tl);
+    auto dh = nan_vec(c.N * c.D);
+    auto dW = dW0;
+    ops::lm_head_ce_backward(c.h.data(), c.W.data(), c.tg.data(), lse.data(), c.N, c.D, c.V,
+                             static_cast<float>(scale), dh.data(), dW.data(), tl);
+    EXPECT_TRUE(close_rel(dh, dh_fd, 1e-5, "dh"));
+    std::vector<double> dW_sel;
+    for (size_t k = 0; k < widx.size(); ++k) dW_sel.push_back(double(dW[widx[k]]) - dW0[widx[k]]);
+    EXPECT_TRUE(close_rel(dW_sel, dW_fd, 1e-5, "dW (accumulated onto dW0)"));
+    for (i64 d = 0; d < c.D; ++d) ASSERT_EQ(dh[1 * c.D + d], 0.f);  // ignored row
+    // Same tiling and grid twice: bit-identical.
+    auto dh2 = nan_vec(c.N * c.D);
+    auto dW2 = dW0;
+    ops::lm_head_ce_backward(c.h.data(), c.W.data(), c.tg.data(), lse.data(), c.N, c.D, c.V,
+                             static_cast<float>(scale), dh2.data(), dW2.data(), tl);
+    EXPECT_EQ(0, std::memcmp(dh.data(), dh2.data(), dh.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dW.data(), dW2.data(), dW.size() * sizeof(float)));
+  }
+}
+
+TEST(LmHeadCE, DefaultTilesOnSeveralChunksMatchReference) {
+  // Several default row tiles and vocab chunks, the last of each partial; analytic double gradient.
+  CeCase c(300, 64, 1100, 91);
+  const double scale = 0.5;
+  std::vector<double> lse_ref, dh_ref, dW_ref;
+  double want = ref_ce(to_double(c.h), to_double(c.W), c.tg, c.N, c.D, c.V, &lse_ref, nullptr, &dh_ref, &dW_ref,
+                       scale);
+  for (int nt : {1, 2, 4}) {
+    SCOPED_TRACE(::testing::Message() << nt << " threads");
+    with_threads(nt, [&] {
+      auto lse = nan_vec(c.N);
+      double got = ops::lm_head_ce_forward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V, lse.data());
+      EXPECT_NEAR(got, want, 1e-6 * std::fabs(want));
+      EXPECT_TRUE(close_rel(lse, lse_ref, 1e-6, "lse"));
+      auto dh = nan_vec(c.N * c.D);
+      std::vector<float> dW(c.V * c.D, 0.f);
+      ops::lm_head_ce_backward(c.h.data(), c.W.data(), c.tg.data(), lse.data(), c.N, c.D, c.V,
+                               static_cast<float>(scale), dh.data(), dW.data());
+      EXPECT_TRUE(close_rel(dh, dh_ref, 1e-5, "dh"));
+      EXPECT_TRUE(close_rel(dW, dW_ref, 1e-5, "dW"));
+    });
+  }
 }

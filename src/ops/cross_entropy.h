@@ -1,6 +1,9 @@
 #pragma once
 // Cross-entropy fused with the LM head: logits = h W^T are produced one (row block x vocab chunk) tile
 // at a time with an online log-sum-exp, so the [N, V] logits never exist in memory at once.
+// Backward recomputes each tile's logits, forms (softmax - onehot) * grad_scale in place and does
+// dh += dlogits W_chunk, dW_chunk += dlogits^T h_rows. Threads split the (rows x vocab) plane into a fixed
+// grid; partial sums are combined in a fixed order, so results are deterministic for a thread count.
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -15,5 +18,16 @@ double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets
 // 1 / (number of counted targets in the global batch).
 void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets, const float* lse,
                          i64 N, i64 D, i64 V, float grad_scale, float* dh, float* dW);
+
+// Tiling knobs, for tests (odd tile edges, every thread grid) and tuning; the functions above use the
+// defaults. grid_p x grid_q = row groups x vocab groups (0 = chosen from the thread count and sizes).
+struct CeTiling {
+  i64 rows = 128, cols = 512;
+  i64 grid_p = 0, grid_q = 0;
+};
+double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V,
+                          float* lse, float* token_loss, const CeTiling& tiling);
+void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets, const float* lse,
+                         i64 N, i64 D, i64 V, float grad_scale, float* dh, float* dW, const CeTiling& tiling);
 
 }  // namespace hlm::ops

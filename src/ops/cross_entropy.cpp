@@ -1,0 +1,207 @@
+#include "ops/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/fast_exp.h"
+#include "ops/matmul.h"
+
+namespace hlm::ops {
+
+namespace {
+
+// A tile of logits computed at once by one thread: rows x cols floats (kept in L2); its row stride is
+// padded so that consecutive rows do not alias in L1.
+inline i64 tile_ld(const CeTiling& t) { return t.cols + 16; }
+
+// Threads form a p x q grid: p row groups x q vocab groups. Thread (i, j) owns rows R_i and vocab
+// chunks V_j. In backward, dh rows R_i get one partial per vocab group and dW rows V_j one partial per
+// row group; partial 0 is the output itself, the rest are scratch summed in a fixed order afterwards.
+struct Grid {
+  i64 p = 1, q = 1;
+};
+
+Grid choose_grid(i64 N, i64 D, i64 V, const CeTiling& tl) {
+  const i64 nchunks = (V + tl.cols - 1) / tl.cols;
+  if (tl.grid_p > 0 && tl.grid_q > 0) return {std::min(tl.grid_p, N), std::min(tl.grid_q, nchunks)};
+  const i64 nt = std::max(1, num_threads());
+  const i64 max_scratch = i64{32} << 20;  // floats (128 MiB)
+  Grid best;
+  i64 best_work = 1, best_cost = 0;
+  for (i64 p = 1; p <= nt; ++p) {
+    const i64 q = std::min(nt / p, nchunks);
+    if (p > N || q < 1) continue;
+    const i64 cost = (q - 1) * N * D + (p - 1) * V * D;  // scratch floats written and summed in backward
+    if (cost > max_scratch) continue;
+    const i64 work = p * q;
+    if (work > best_work || (work == best_work && cost < best_cost)) best = {p, q}, best_work = work, best_cost = cost;
+  }
+  return best;
+}
+
+// Per-thread logits tile, reused across calls.
+float* tile_buffer(const CeTiling& tl) {
+  thread_local std::vector<float> buf;
+  const size_t n = static_cast<size_t>(tl.rows * tile_ld(tl));
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+void check_args(const char* op, const int32_t* targets, i64 N, i64 D, i64 V, const CeTiling& tl) {
+  HLM_CHECK(N >= 0 && D > 0 && V > 0, "{}: bad shape h[{}, {}] W[{}, {}]", op, N, D, V, D);
+  HLM_CHECK(tl.rows > 0 && tl.cols > 0 && tl.grid_p >= 0 && tl.grid_q >= 0,
+            "{}: bad tiling rows={} cols={} grid {}x{} (h[{}, {}] W[{}, {}])", op, tl.rows, tl.cols, tl.grid_p,
+            tl.grid_q, N, D, V, D);
+  for (i64 n = 0; n < N; ++n)
+    HLM_CHECK(targets[n] < V, "{}: target {} at row {} >= V={} (h[{}, {}] W[{}, {}])", op, targets[n], n, V, N, D, V,
+              D);
+}
+
+// Row range of group g out of G over n items.
+inline i64 split(i64 n, i64 g, i64 G) { return n * g / G; }
+
+}  // namespace
+
+double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V, float* lse,
+                          float* token_loss) {
+  return lm_head_ce_forward(h, W, targets, N, D, V, lse, token_loss, CeTiling{});
+}
+
+void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets, const float* lse, i64 N, i64 D,
+                         i64 V, float grad_scale, float* dh, float* dW) {
+  lm_head_ce_backward(h, W, targets, lse, N, D, V, grad_scale, dh, dW, CeTiling{});
+}
+
+double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V, float* lse,
+                          float* token_loss, const CeTiling& tl) {
+  check_args("lm_head_ce_forward", targets, N, D, V, tl);
+  if (N == 0) return 0.0;
+  const Grid g = choose_grid(N, D, V, tl);
+  const i64 R = tl.rows, C = tl.cols, ldt = tile_ld(tl);
+  const i64 nchunks = (V + C - 1) / C;
+  // Online log-sum-exp partials per vocab group: running max and sum of exp(logit - max).
+  std::vector<float> part_m(g.q * N), part_s(g.q * N);  // [q, N]
+  std::vector<float> tgt(N, 0.f);                         // [N] target logit (written by the owning group)
+
+  parallel_for_each(g.p * g.q, [&](i64 t) {
+    const i64 i = t / g.q, j = t % g.q;
+    const i64 r0 = split(N, i, g.p), r1 = split(N, i + 1, g.p);
+    const i64 c0 = split(nchunks, j, g.q), c1 = split(nchunks, j + 1, g.q);
+    float* tile = tile_buffer(tl);  // [R, ldt]
+    float* M = part_m.data() + j * N;
+    float* S = part_s.data() + j * N;
+    for (i64 rb = r0; rb < r1; rb += R) {
+      const i64 rows = std::min(R, r1 - rb);
+      for (i64 r = rb; r < rb + rows; ++r) M[r] = -std::numeric_limits<float>::infinity(), S[r] = 0.f;
+      for (i64 c = c0; c < c1; ++c) {
+        const i64 v0 = c * C, cols = std::min(C, V - v0);
+        // logits[rows, cols] = h[rows, D] W[v0:v0+cols, D]^T
+        matmul(false, true, rows, cols, D, 1.f, h + rb * D, D, W + v0 * D, D, 0.f, tile, ldt);
+        for (i64 r = 0; r < rows; ++r) {
+          const float* row = tile + r * ldt;
+          float tmax = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : tmax)
+          for (i64 k = 0; k < cols; ++k) tmax = std::max(tmax, row[k]);
+          const float m_old = M[rb + r], m_new = std::max(m_old, tmax);
+          float s = 0.f;
+#pragma omp simd reduction(+ : s)
+          for (i64 k = 0; k < cols; ++k) s += fast_exp(row[k] - m_new);
+          // fast_exp(-inf) == 0 covers the first chunk.
+          S[rb + r] = S[rb + r] * fast_exp(m_old - m_new) + s;
+          M[rb + r] = m_new;
+          const i64 tg = targets[rb + r];
+          if (tg >= v0 && tg < v0 + cols) tgt[rb + r] = row[tg - v0];
+        }
+      }
+    }
+  });
+
+  // Combine the vocab-group partials in group order, then sum losses in row order (deterministic).
+  double total = 0.0;
+  for (i64 n = 0; n < N; ++n) {
+    float m = part_m[n];
+    for (i64 j = 1; j < g.q; ++j) m = std::max(m, part_m[j * N + n]);
+    double s = 0.0;
+    for (i64 j = 0; j < g.q; ++j) s += static_cast<double>(part_s[j * N + n]) * std::exp(double(part_m[j * N + n]) - m);
+    const double l = static_cast<double>(m) + std::log(s);
+    lse[n] = static_cast<float>(l);
+    const double loss = targets[n] >= 0 ? l - static_cast<double>(tgt[n]) : 0.0;
+    if (token_loss) token_loss[n] = static_cast<float>(loss);
+    total += loss;
+  }
+  return total;
+}
+
+void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets, const float* lse, i64 N, i64 D,
+                         i64 V, float grad_scale, float* dh, float* dW, const CeTiling& tl) {
+  check_args("lm_head_ce_backward", targets, N, D, V, tl);
+  if (N == 0) return;
+  const Grid g = choose_grid(N, D, V, tl);
+  const i64 R = tl.rows, C = tl.cols, ldt = tile_ld(tl);
+  const i64 nchunks = (V + C - 1) / C;
+  // Scratch partials: dh for vocab groups 1..q-1 ([q-1, N, D]), dW for row groups 1..p-1 ([p-1, V, D]).
+  // Kept per calling thread and only grown, so steady-state training does not page-fault here.
+  thread_local std::vector<float> scratch;
+  const size_t need = static_cast<size_t>((g.q - 1) * N * D + (g.p - 1) * V * D);
+  if (scratch.size() < need) scratch.resize(need);
+  float* dh_part = scratch.data();
+  float* dW_part = scratch.data() + (g.q - 1) * N * D;
+
+  parallel_for_each(g.p * g.q, [&](i64 t) {
+    const i64 i = t / g.q, j = t % g.q;
+    const i64 r0 = split(N, i, g.p), r1 = split(N, i + 1, g.p);
+    const i64 c0 = split(nchunks, j, g.q), c1 = split(nchunks, j + 1, g.q);
+    float* tile = tile_buffer(tl);                                      // [R, ldt] dlogits
+    float* dh_dst = j == 0 ? dh : dh_part + (j - 1) * N * D;          // [N, D]
+    float* dW_dst = i == 0 ? dW : dW_part + (i - 1) * V * D;          // [V, D]
+    for (i64 rb = r0; rb < r1; rb += R) {
+      const i64 rows = std::min(R, r1 - rb);
+      for (i64 c = c0; c < c1; ++c) {
+        const i64 v0 = c * C, cols = std::min(C, V - v0);
+        matmul(false, true, rows, cols, D, 1.f, h + rb * D, D, W + v0 * D, D, 0.f, tile, ldt);
+        // dlogits = (softmax - onehot) * grad_scale; ignored rows contribute nothing.
+        for (i64 r = 0; r < rows; ++r) {
+          float* row = tile + r * ldt;
+          const i64 tg = targets[rb + r];
+          if (tg < 0) {
+            std::fill(row, row + cols, 0.f);
+            continue;
+          }
+          const float l = lse[rb + r];
+#pragma omp simd
+          for (i64 k = 0; k < cols; ++k) row[k] = fast_exp(row[k] - l) * grad_scale;
+          if (tg >= v0 && tg < v0 + cols) row[tg - v0] -= grad_scale;
+        }
+        // dh[rows, D] (+)= dlogits[rows, cols] W[v0:v0+cols, D]; the group's first chunk overwrites.
+        matmul(false, false, rows, D, cols, 1.f, tile, ldt, W + v0 * D, D, c == c0 ? 0.f : 1.f, dh_dst + rb * D, D);
+        // dW[v0:v0+cols, D] += dlogits^T h[rows, D]; a scratch partial is overwritten by its first row tile.
+        const float beta = (i == 0 || rb != r0) ? 1.f : 0.f;
+        matmul(true, false, cols, D, rows, 1.f, tile, ldt, h + rb * D, D, beta, dW_dst + v0 * D, D);
+      }
+    }
+  });
+
+  // Fixed-order reduction of the partials.
+  if (g.q > 1)
+    parallel_for(N * D, [&](i64 b, i64 e) {
+      for (i64 j = 1; j < g.q; ++j) {
+        const float* src = dh_part + (j - 1) * N * D;
+#pragma omp simd
+        for (i64 k = b; k < e; ++k) dh[k] += src[k];
+      }
+    }, 4096);
+  if (g.p > 1)
+    parallel_for(V * D, [&](i64 b, i64 e) {
+      for (i64 i = 1; i < g.p; ++i) {
+        const float* src = dW_part + (i - 1) * V * D;
+#pragma omp simd
+        for (i64 k = b; k < e; ++k) dW[k] += src[k];
+      }
+    }, 4096);
+}
+
+}  // namespace hlm::ops
