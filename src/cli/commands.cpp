@@ -4,6 +4,10 @@ namespace hlm::cli {
 
 std::vector<Command> all_commands(CLI::App& app) {
   std::vector<Command> cmds;
+  cmds.push_back(register_train(app));
+  cmds.push_back(register_eval(app));
+  cmds.push_back(register_bench(app));
+  cmds.push_back(register_tokenizer(app));
   return cmds;
 }
 

@@ -15,4 +15,9 @@ struct Command {
 
 std::vector<Command> all_commands(CLI::App& app);
 
+Command register_train(CLI::App& app);
+Command register_eval(CLI::App& app);
+Command register_bench(CLI::App& app);
+Command register_tokenizer(CLI::App& app);
+
 }  // namespace hlm::cli

@@ -1,0 +1,154 @@
+// hybridlm train: a model from a preset/config on a corpus, with periodic validation, checkpoints and
+// exact resume. With --json, ends by printing one JSON object with the run's summary.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "train/checkpoint.h"
+#include "train/data_stream.h"
+#include "train/trainer.h"
+
+namespace hlm::cli {
+
+namespace fs = std::filesystem;
+
+Command register_train(CLI::App& app) {
+  auto* sub = app.add_subcommand("train", "train a model (preset/config) on a corpus");
+  struct Opts {
+    ModelFlags model;
+    std::string data = "default", tokenizer, out;
+    bool resume = false, json = false, check_numerics = false, quiet = false;
+    TrainConfig t;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  o->model.add(sub);
+  sub->add_option("--data", o->data, "'default' (built-in corpus), a text file/folder, or a prepared dataset folder")
+      ->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer, "byte | bpe:N | path/to.model (default bpe:4096)");
+  sub->add_option("--steps", o->t.steps, "optimizer steps (total, also when resuming)")->capture_default_str();
+  sub->add_option("--seq-len", o->t.seq_len, "tokens per row")->capture_default_str();
+  sub->add_option("--batch", o->t.batch, "rows per micro-batch")->capture_default_str();
+  sub->add_option("--grad-accum", o->t.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  sub->add_option("--lr", o->t.schedule.lr, "peak learning rate")->capture_default_str();
+  sub->add_option("--schedule", o->t.schedule.kind, "wsd | cosine | constant")->capture_default_str();
+  sub->add_option("--warmup", o->t.schedule.warmup, "warmup steps")->capture_default_str();
+  sub->add_option("--decay-fraction", o->t.schedule.decay_fraction, "WSD: fraction of steps in the decay")
+      ->capture_default_str();
+  sub->add_option("--weight-decay", o->t.adamw.weight_decay, "AdamW weight decay")->capture_default_str();
+  sub->add_option("--grad-clip", o->t.adamw.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str();
+  sub->add_option("--eval-every", o->t.eval_every, "validate every N steps (and at the start and end)")
+      ->capture_default_str();
+  sub->add_option("--eval-batches", o->t.eval_batches, "validation batches")->capture_default_str();
+  sub->add_option("--ckpt-every", o->t.ckpt_every, "checkpoint every N steps (0 = at the end only)")
+      ->capture_default_str();
+  sub->add_option("--keep-checkpoints", o->t.keep_checkpoints, "newest checkpoints kept (0 = all)")
+      ->capture_default_str();
+  sub->add_option("--log-every", o->t.log_every, "progress line every N steps when not a terminal")
+      ->capture_default_str();
+  sub->add_option("--seed", o->t.seed, "seed for init and data order")->capture_default_str();
+  sub->add_option("--out", o->out, "run folder: checkpoints, config.json, run.json, metrics.jsonl");
+  sub->add_flag("--resume", o->resume, "continue the run in --out from its latest checkpoint");
+  sub->add_flag("--json", o->json, "print a JSON summary on stdout");
+  sub->add_flag("--check-numerics", o->check_numerics, "stop at the first non-finite tensor and name it");
+  sub->add_flag("--quiet", o->quiet, "no progress line");
+  add_threads_flag(sub, &o->threads);
+
+  return {sub, [o]() -> int {
+            apply_threads(o->threads);
+            TrainConfig t = o->t;
+            t.out_dir = o->out;
+            t.check_numerics = o->check_numerics;
+            t.quiet = o->quiet;
+            t.adamw.lr = t.schedule.lr;
+            if (t.steps < 1) fail("--steps must be >= 1, got {}", t.steps);
+            if (t.batch < 1) fail("--batch must be >= 1, got {}", t.batch);
+            if (t.seq_len < 2) fail("--seq-len must be >= 2, got {}", t.seq_len);
+            if (o->resume && o->out.empty()) fail("--resume needs --out (the run folder to continue)");
+
+            std::string ckpt;
+            nlohmann::json run = nlohmann::json::object();
+            ModelConfig cfg;
+            std::string data_spec = o->data, tok_spec = o->tokenizer;
+            if (o->resume) {
+              ckpt = resolve_checkpoint(o->out);
+              cfg = load_checkpoint_config(ckpt);
+              run = read_run_config(o->out);
+              if (run.contains("data")) data_spec = run["data"].get<std::string>();
+              if (run.contains("tokenizer")) tok_spec = run["tokenizer"].get<std::string>();
+              if (o->model.given()) fmt::print(stderr, "note: --resume uses the checkpoint's model config; "
+                                                       "--preset/--config/--set are ignored\n");
+            } else {
+              cfg = o->model.resolve();
+            }
+            data::PrepareOptions popt;
+            popt.quiet = o->quiet;
+            data::Dataset ds = data::prepare_dataset(data_spec, tok_spec, "", popt);
+            if (!o->resume && cfg.vocab_size != ds.vocab_size) {
+              if (!o->quiet)
+                fmt::print(stderr, "note: vocab_size {} -> {} to match the tokenizer ({})\n", cfg.vocab_size,
+                           ds.vocab_size, ds.tokenizer_spec);
+              nlohmann::json j = cfg.to_json();
+              j["vocab_size"] = ds.vocab_size;
+              cfg = ModelConfig::from_json(j, "config");
+            }
+            if (cfg.vocab_size < ds.vocab_size)
+              fail("model vocab_size {} is smaller than the tokenizer's {} ({})", cfg.vocab_size, ds.vocab_size,
+                   ds.tokenizer_spec);
+            if (t.seq_len > cfg.max_seq_len)
+              fail("--seq-len {} is over the model's limit max_seq_len = {} (raise it with --set max_seq_len=N)",
+                   t.seq_len, cfg.max_seq_len);
+
+            Model model(cfg);
+            model.init(t.seed);
+            auto train_shard = std::make_shared<data::TokenShard>(ds.train_path);
+            auto val_shard = std::make_shared<data::TokenShard>(ds.val_path);
+            data::LoaderOptions lo;
+            lo.batch = static_cast<int>(t.batch);
+            lo.seq_len = static_cast<int>(t.seq_len);
+            lo.seed = t.seed;
+            ShardBatchStream train(train_shard, lo);
+            data::LoaderOptions vo = lo;
+            vo.mode = data::SampleMode::kSequential;
+            ShardBatchStream val(val_shard, vo);
+
+            if (!o->out.empty()) {
+              fs::create_directories(o->out);
+              write_file_atomic((fs::path(o->out) / "config.json").string(), cfg.to_json().dump(2) + "\n");
+              run["data"] = data_spec;
+              run["dataset_dir"] = ds.dir;
+              run["tokenizer"] = ds.tokenizer_spec;
+              run["train"] = {{"steps", t.steps}, {"batch", t.batch}, {"seq_len", t.seq_len},
+                              {"grad_accum", t.grad_accum}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
+                              {"warmup", t.schedule.warmup}, {"seed", t.seed}};
+              write_file_atomic((fs::path(o->out) / "run.json").string(), run.dump(2) + "\n");
+            }
+            Trainer trainer(model, t, train, &val);
+            trainer.set_run_info({{"data", data_spec}, {"tokenizer", ds.tokenizer_spec}});
+            if (o->resume) {
+              trainer.resume(ckpt);
+              if (!o->quiet) fmt::print(stderr, "resumed from {}\n", ckpt);
+            }
+            if (!o->quiet) {
+              fmt::print(stderr, "model: {} layers [{}], d_model {}, {:.2f}M params; data: {} ({} train tokens, vocab {})\n",
+                         cfg.n_layers, cfg.layer_pattern(), cfg.d_model, model.num_params() / 1e6, ds.dir,
+                         train_shard->n_tokens(), ds.vocab_size);
+            }
+            install_interrupt_handler();
+            TrainResult r = trainer.run();
+            if (o->json) {
+              print_json({{"steps", r.steps}, {"tokens", r.tokens}, {"first_val_loss", r.first_val_loss},
+                          {"final_val_loss", r.final_val_loss}, {"final_train_loss", r.final_train_loss},
+                          {"train_tokens_per_s", r.train_tokens_per_s}, {"train_gflops", r.train_gflops},
+                          {"step_ms", r.step_ms}, {"checkpoint", r.checkpoint}, {"params", model.num_params()},
+                          {"interrupted", r.interrupted}, {"losses", r.losses}});
+            }
+            return r.interrupted ? 130 : 0;
+          }};
+}
+
+}  // namespace hlm::cli

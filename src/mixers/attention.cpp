@@ -1,0 +1,219 @@
+#include "mixers/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/parallel.h"
+#include "ops/attention.h"
+#include "ops/matmul.h"
+#include "ops/rmsnorm.h"
+
+namespace hlm {
+
+namespace {
+
+struct KvCache final : MixerState {
+  // Full attention: capacity = max_len; sliding window: a ring buffer of `window` entries.
+  i64 capacity = 0, pos = 0, B = 0, width = 0;
+  std::vector<float> k, v;  // [B, capacity, Hkv*hd]
+  i64 bytes() const override { return static_cast<i64>((k.size() + v.size()) * sizeof(float)); }
+};
+
+}  // namespace
+
+AttentionMixer::AttentionMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg)
+    : letter_(cfg.letter(layer)) {
+  const auto& t = cfg.layer_type(layer);
+  D_ = cfg.d_model;
+  H_ = t.n_heads;
+  Hkv_ = t.n_kv_heads;
+  hd_ = t.head_dim;
+  window_ = letter_ == 'S' ? t.window : 0;
+  rope_ = t.rope;
+  qk_norm_ = t.qk_norm;
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+  int iq = reg.add(p + "q_proj.weight", {H_ * hd_, D_});
+  reg.add(p + "k_proj.weight", {Hkv_ * hd_, D_}, Init::Normal, 0.02, 0, true, true);
+  reg.add(p + "v_proj.weight", {Hkv_ * hd_, D_}, Init::Normal, 0.02, 0, true, true);
+  off_wqkv_ = reg.info(iq).offset;
+  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, H_ * hd_}, Init::Normal, out_std)).offset;
+  if (qk_norm_) {
+    off_qn_ = reg.info(reg.add(p + "q_norm.weight", {hd_}, Init::Ones, 0, 0, false)).offset;
+    off_kn_ = reg.info(reg.add(p + "k_norm.weight", {hd_}, Init::Ones, 0, 0, false)).offset;
+  }
+  if (rope_) rope_tab_ = ops::RopeTable(cfg.max_seq_len, hd_, cfg.rope_theta);
+  rope_theta_ = cfg.rope_theta;
+}
+
+i64 AttentionMixer::effective_window() const {
+  if (max_span_ <= 0) return window_;
+  return window_ <= 0 ? max_span_ : std::min(window_, max_span_);
+}
+
+void AttentionMixer::ensure_rope(i64 T) {
+  if (rope_ && rope_tab_.max_pos < T) rope_tab_ = ops::RopeTable(std::max(T, 2 * rope_tab_.max_pos), hd_, rope_theta_);
+}
+
+i64 AttentionMixer::saved_floats(i64 B, i64 T) const {
+  const i64 N = B * T;
+  i64 n = N * qkv_width() + N * H_ * hd_ + B * H_ * T + 64 * 4;
+  if (qk_norm_) n += N * qkv_width() + N * (H_ + Hkv_) + 64 * 2;
+  return n;
+}
+
+i64 AttentionMixer::scratch_floats(i64 B, i64 T) const {
+  const i64 N = B * T;
+  return N * H_ * hd_ + N * qkv_width() + 64 * 2;
+}
+
+FlopCount AttentionMixer::flops_per_token(i64 T) const {
+  FlopCount f;
+  f.matmul = 2.0 * (static_cast<double>(qkv_width()) * D_ + static_cast<double>(D_) * H_ * hd_);
+  // QK^T and PV over the visible context, averaged over positions: mean of min(t+1, W).
+  const i64 W = window_ > 0 ? window_ : T;
+  double ctx = 0;
+  for (i64 t = 0; t < T; ++t) ctx += static_cast<double>(std::min(t + 1, W));
+  ctx /= static_cast<double>(T);
+  f.core = 4.0 * H_ * hd_ * ctx;
+  return f;
+}
+
+void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
+  const i64 N = s.B * s.T, W3 = qkv_width();
+  ensure_rope(s.T);
+  qkv_ = arena.floats(N * W3, "attention qkv");
+  ops::linear_forward(x, P(off_wqkv_), qkv_, N, D_, W3);  // [N, (H + 2 Hkv) hd]
+  if (qk_norm_) {
+    qkv_pre_norm_ = arena.floats(N * W3, "attention qkv pre-norm");
+    qk_rstd_ = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
+    std::memcpy(qkv_pre_norm_, qkv_, sizeof(float) * N * W3);
+    parallel_for(N, [&](i64 b, i64 e) {
+      for (i64 n = b; n < e; ++n) {
+        float* row = qkv_ + n * W3;
+        ops::rmsnorm_forward(row, P(off_qn_), row, qk_rstd_ + n * (H_ + Hkv_), H_, hd_, norm_eps_);
+        ops::rmsnorm_forward(row + H_ * hd_, P(off_kn_), row + H_ * hd_, qk_rstd_ + n * (H_ + Hkv_) + H_, Hkv_,
+                             hd_, norm_eps_);
+      }
+    });
+  }
+  if (rope_) {
+    ops::rope_forward(rope_tab_, qkv_, s.B, s.T, H_, W3);
+    ops::rope_forward(rope_tab_, qkv_ + H_ * hd_, s.B, s.T, Hkv_, W3);
+  }
+  o_ = arena.floats(N * H_ * hd_, "attention out");
+  lse_ = arena.floats(s.B * H_ * s.T, "attention lse");
+  ops::AttentionShape sh{s.B, s.T, H_, Hkv_, hd_, effective_window(), 0.f};
+  ops::attention_forward(sh, qkv_, W3, qkv_ + H_ * hd_, qkv_ + (H_ + Hkv_) * hd_, W3, o_, lse_, s.doc_start);
+  ops::linear_forward(o_, P(off_wo_), y, N, H_ * hd_, D_);
+}
+
+void AttentionMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
+  const i64 N = s.B * s.T, W3 = qkv_width();
+  auto mark = arena.mark();
+  float* d_o = arena.floats(N * H_ * hd_, "attention d_out");
+  float* dqkv = arena.floats(N * W3, "attention dqkv");
+  ops::linear_backward(o_, P(off_wo_), dy, d_o, G(off_wo_), N, H_ * hd_, D_);
+  ops::AttentionShape sh{s.B, s.T, H_, Hkv_, hd_, effective_window(), 0.f};
+  ops::attention_backward(sh, qkv_, W3, qkv_ + H_ * hd_, qkv_ + (H_ + Hkv_) * hd_, W3, o_, lse_, d_o, dqkv,
+                          dqkv + H_ * hd_, dqkv + (H_ + Hkv_) * hd_, s.doc_start);
+  if (rope_) {
+    ops::rope_backward(rope_tab_, dqkv, s.B, s.T, H_, W3);
+    ops::rope_backward(rope_tab_, dqkv + H_ * hd_, s.B, s.T, Hkv_, W3);
+  }
+  if (qk_norm_) {
+    // Per-token norm weights gradients are reduced in a fixed order: per-thread partials, then summed.
+    const int nt = num_threads();
+    std::vector<float> dwq(static_cast<size_t>(nt * hd_), 0.f), dwk(static_cast<size_t>(nt * hd_), 0.f);
+    parallel_for(N, [&](i64 b, i64 e) {
+      const int th = omp_get_thread_num();
+      std::vector<float> tmp(static_cast<size_t>(std::max(H_, Hkv_) * hd_));
+      for (i64 n = b; n < e; ++n) {
+        const float* pre = qkv_pre_norm_ + n * W3;
+        float* drow = dqkv + n * W3;
+        const float* rs = qk_rstd_ + n * (H_ + Hkv_);
+        ops::rmsnorm_backward(pre, P(off_qn_), rs, drow, tmp.data(), dwq.data() + th * hd_, H_, hd_);
+        std::memcpy(drow, tmp.data(), sizeof(float) * H_ * hd_);
+        ops::rmsnorm_backward(pre + H_ * hd_, P(off_kn_), rs + H_, drow + H_ * hd_, tmp.data(),
+                              dwk.data() + th * hd_, Hkv_, hd_);
+        std::memcpy(drow + H_ * hd_, tmp.data(), sizeof(float) * Hkv_ * hd_);
+      }
+    });
+    for (int th = 0; th < nt; ++th)
+      for (i64 i = 0; i < hd_; ++i) {
+        G(off_qn_)[i] += dwq[th * hd_ + i];
+        G(off_kn_)[i] += dwk[th * hd_ + i];
+      }
+  }
+  ops::linear_backward(x, P(off_wqkv_), dqkv, dx, G(off_wqkv_), N, D_, W3);
+  arena.release_to(mark);
+}
+
+std::unique_ptr<MixerState> AttentionMixer::new_state(i64 B, i64 max_len) const {
+  auto st = std::make_unique<KvCache>();
+  const i64 w = effective_window();
+  st->capacity = w > 0 ? std::min(w, max_len) : max_len;
+  st->B = B;
+  st->width = Hkv_ * hd_;
+  st->k.assign(static_cast<size_t>(B * st->capacity * st->width), 0.f);
+  st->v.assign(st->k.size(), 0.f);
+  return st;
+}
+
+void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
+  auto& c = static_cast<KvCache&>(state);
+  const i64 W3 = qkv_width(), pos = c.pos;
+  const i64 w = effective_window();
+  HLM_CHECK(w > 0 || pos < c.capacity, "attention step: context {} exceeds the KV cache capacity {}", pos + 1,
+            c.capacity);
+  ensure_rope(pos + 1);
+  std::vector<float> qkv(static_cast<size_t>(B * W3)), o(static_cast<size_t>(B * H_ * hd_));
+  ops::linear_forward(x, P(off_wqkv_), qkv.data(), B, D_, W3);
+  std::vector<int32_t> posv(static_cast<size_t>(B), static_cast<int32_t>(pos));
+  for (i64 b = 0; b < B; ++b) {
+    float* row = qkv.data() + b * W3;
+    if (qk_norm_) {
+      float rs[512];
+      ops::rmsnorm_forward(row, P(off_qn_), row, rs, H_, hd_, norm_eps_);
+      ops::rmsnorm_forward(row + H_ * hd_, P(off_kn_), row + H_ * hd_, rs, Hkv_, hd_, norm_eps_);
+    }
+  }
+  if (rope_) {
+    ops::rope_forward(rope_tab_, qkv.data(), B, 1, H_, W3, posv.data());
+    ops::rope_forward(rope_tab_, qkv.data() + H_ * hd_, B, 1, Hkv_, W3, posv.data());
+  }
+  const i64 slot = pos % c.capacity, n_ctx = std::min(pos + 1, c.capacity);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+  for (i64 b = 0; b < B; ++b) {
+    std::memcpy(&c.k[(b * c.capacity + slot) * c.width], qkv.data() + b * W3 + H_ * hd_, sizeof(float) * c.width);
+    std::memcpy(&c.v[(b * c.capacity + slot) * c.width], qkv.data() + b * W3 + (H_ + Hkv_) * hd_,
+                sizeof(float) * c.width);
+  }
+  parallel_for_each(B * H_, [&](i64 bh) {
+    const i64 b = bh / H_, h = bh % H_, g = h / (H_ / Hkv_);
+    const float* q = qkv.data() + b * W3 + h * hd_;
+    std::vector<float> sc(static_cast<size_t>(n_ctx));
+    float mx = -INFINITY;
+    for (i64 j = 0; j < n_ctx; ++j) {
+      const float* k = &c.k[(b * c.capacity + j) * c.width + g * hd_];
+      float d = 0;
+      for (i64 i = 0; i < hd_; ++i) d += q[i] * k[i];
+      sc[j] = d * scale;
+      mx = std::max(mx, sc[j]);
+    }
+    float sum = 0;
+    for (auto& v : sc) sum += (v = std::exp(v - mx));
+    float* out = o.data() + b * H_ * hd_ + h * hd_;
+    std::fill(out, out + hd_, 0.f);
+    for (i64 j = 0; j < n_ctx; ++j) {
+      const float* v = &c.v[(b * c.capacity + j) * c.width + g * hd_];
+      const float p = sc[j] / sum;
+      for (i64 i = 0; i < hd_; ++i) out[i] += p * v[i];
+    }
+  });
+  ops::linear_forward(o.data(), P(off_wo_), y, B, H_ * hd_, D_);
+  c.pos++;
+}
+
+}  // namespace hlm

@@ -1,0 +1,40 @@
+#pragma once
+// Softmax attention mixer (F = full causal, S = sliding window): q/k/v projections (one fused matmul),
+// optional per-head QK RMSNorm, RoPE or NoPE, tiled flash attention with GQA, output projection.
+#include <vector>
+
+#include "mixers/mixer.h"
+#include "ops/rope.h"
+
+namespace hlm {
+
+class AttentionMixer final : public Mixer {
+ public:
+  AttentionMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  char letter() const override { return letter_; }
+  void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
+  void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;
+  i64 saved_floats(i64 B, i64 T) const override;
+  i64 scratch_floats(i64 B, i64 T) const override;
+  FlopCount flops_per_token(i64 T) const override;
+  std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
+  void step(const float* x, float* y, MixerState& state, i64 B) override;
+
+  i64 window() const { return window_; }
+  i64 effective_window() const;  // window combined with the probe's max span (0 = full)
+
+ private:
+  char letter_;
+  i64 D_, H_, Hkv_, hd_, window_;
+  bool rope_, qk_norm_;
+  float norm_eps_ = 1e-6f;
+  i64 off_wqkv_, off_wo_, off_qn_ = -1, off_kn_ = -1;
+  ops::RopeTable rope_tab_;
+  double rope_theta_ = 10000.0;
+  void ensure_rope(i64 T);  // grows the table for contexts beyond max_seq_len (extrapolation)
+  // Saved by forward for backward (arena pointers).
+  float *qkv_ = nullptr, *qkv_pre_norm_ = nullptr, *qk_rstd_ = nullptr, *o_ = nullptr, *lse_ = nullptr;
+  i64 qkv_width() const { return (H_ + 2 * Hkv_) * hd_; }
+};
+
+}  // namespace hlm

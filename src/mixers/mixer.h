@@ -1,0 +1,77 @@
+#pragma once
+// The mixer contract (docs/model.md, DESIGN.md): each layer's sequence mixer owns its parameters
+// (registered by name), runs forward on a normalised input [B, T, D] saving what backward needs in the
+// step's arena, runs backward (input gradient overwritten, parameter gradients accumulated), counts its
+// FLOPs, and decodes one token at a time from a constant-size (or, for full attention, growing) state.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/arena.h"
+#include "core/rng.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace hlm {
+
+struct SeqInfo {
+  i64 B = 1, T = 1;
+  const int32_t* doc_start = nullptr;  // [B*T] or nullptr: one document per row
+};
+
+struct FlopCount {
+  double matmul = 0;  // 2 * weights per token (forward), projections only
+  double core = 0;    // the mixing core's forward FLOPs per token (attention scores, scans)
+};
+
+// Per-layer decoding state (KV cache, ring buffer, recurrent state); defined by each mixer.
+struct MixerState {
+  virtual ~MixerState() = default;
+  virtual i64 bytes() const = 0;
+};
+
+class Mixer {
+ public:
+  virtual ~Mixer() = default;
+  virtual char letter() const = 0;
+  void bind(const float* params, float* grads) {
+    params_ = params;
+    grads_ = grads;
+  }
+
+  // Initialises parameters registered with Init::Custom (e.g. Mamba-2's dt_bias, A_log).
+  virtual void init_custom(Rng& rng) {}
+
+  // x: [B, T, D] (the RMSNorm'd residual stream; kept alive by the caller until backward).
+  // y: [B, T, D] overwritten.
+  virtual void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) = 0;
+  // dy: [B, T, D]; dx: [B, T, D] overwritten. Uses the state saved by the last forward.
+  virtual void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) = 0;
+  // Arena floats forward keeps for backward, and peak temporaries (released before returning).
+  virtual i64 saved_floats(i64 B, i64 T) const = 0;
+  virtual i64 scratch_floats(i64 B, i64 T) const = 0;
+  // Forward FLOPs per token at context position `pos` averaged over a sequence of length T.
+  virtual FlopCount flops_per_token(i64 T) const = 0;
+
+  // Decoding: one token x[B, D] -> y[B, D], updating state.
+  virtual std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const = 0;
+  virtual void step(const float* x, float* y, MixerState& state, i64 B) = 0;
+
+  // Probe hook: cap how far back this layer sees (0 = no cap). Softmax layers: a window; recurrent
+  // layers: state reset every `span` tokens.
+  void set_max_span(i64 span) { max_span_ = span; }
+  i64 max_span() const { return max_span_; }
+
+ protected:
+  // Parameter / gradient pointer from a registry offset (ParamInfo::offset).
+  const float* P(i64 offset) const { return params_ + offset; }
+  float* G(i64 offset) const { return grads_ + offset; }
+  const float* params_ = nullptr;
+  float* grads_ = nullptr;
+  i64 max_span_ = 0;
+};
+
+// Creates layer `layer`'s mixer and registers its parameters under model.layers.{layer}.
+std::unique_ptr<Mixer> make_mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+
+}  // namespace hlm

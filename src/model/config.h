@@ -1,0 +1,59 @@
+#pragma once
+// Model configuration: JSON (docs/model.md), named presets, `--set key=value` overrides, and the
+// layer pattern. Parsing is strict: unknown keys, bad types and bad letters are errors that name the
+// source (file or preset) and the field.
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+
+namespace hlm {
+
+using json = nlohmann::json;
+
+// Mixer letters. F and S are softmax attention; L, M, G are linear recurrent mixers.
+inline constexpr const char* kMixerLetters = "FSLMG";
+
+struct LayerTypeOptions {
+  bool rope = true;
+  i64 window = 0;  // S only; 0 means full causal
+  i64 n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  bool qk_norm = false;
+};
+
+struct ModelConfig {
+  i64 d_model = 256, n_layers = 8, n_heads = 4, n_kv_heads = 4, head_dim = 64, d_ff = 768;
+  i64 vocab_size = 4096, max_seq_len = 1024;
+  std::string pattern = "SSSF";
+  i64 window = 128;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  i64 chunk_size = 64;
+  i64 mamba_d_state = 64, mamba_expand = 2;
+  std::map<char, LayerTypeOptions> types;  // resolved options for every letter used in `pattern`
+
+  char letter(i64 layer) const { return pattern[static_cast<size_t>(layer) % pattern.size()]; }
+  std::string layer_pattern() const;  // the expanded per-layer string, e.g. "SSSFSSSF"
+  const LayerTypeOptions& type(char c) const;
+  const LayerTypeOptions& layer_type(i64 layer) const { return type(letter(layer)); }
+  json to_json() const;
+  // Strict parse; `source` names the file or preset in error messages.
+  static ModelConfig from_json(const json& j, const std::string& source);
+};
+
+// Named presets (the paper's architectures at the benchmark size). Throws on an unknown name.
+json preset_json(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Applies "a.b.c=value" to j. value is parsed as JSON when it can be (numbers, true/false, objects),
+// else taken as a string.
+void apply_override(json& j, const std::string& assignment);
+
+// preset (or "" for defaults) + optional config file + overrides -> validated config.
+ModelConfig resolve_config(const std::string& preset, const std::string& config_file,
+                           const std::vector<std::string>& overrides);
+
+}  // namespace hlm

@@ -1,0 +1,232 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/matmul.h"
+#include "ops/rmsnorm.h"
+#include "ops/swiglu.h"
+
+namespace hlm {
+
+Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
+  const i64 D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size;
+  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+  off_embed_ = reg_.info(reg_.add("model.embed_tokens.weight", {V, D}, Init::Normal, 0.02, 0, false)).offset;
+  for (i64 l = 0; l < cfg.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerOffsets o;
+    o.ln1 = reg_.info(reg_.add(p + "input_layernorm.weight", {D}, Init::Ones, 0, 0, false)).offset;
+    mixers_.push_back(make_mixer(cfg, l, reg_));
+    o.ln2 = reg_.info(reg_.add(p + "post_attention_layernorm.weight", {D}, Init::Ones, 0, 0, false)).offset;
+    // gate_proj then up_proj back to back: one [2F, D] matmul.
+    o.w_gate_up = reg_.info(reg_.add(p + "mlp.gate_proj.weight", {F, D})).offset;
+    reg_.add(p + "mlp.up_proj.weight", {F, D}, Init::Normal, 0.02, 0, true, true);
+    o.w_down = reg_.info(reg_.add(p + "mlp.down_proj.weight", {D, F}, Init::Normal, out_std)).offset;
+    lo_.push_back(o);
+  }
+  off_norm_ = reg_.info(reg_.add("model.norm.weight", {D}, Init::Ones, 0, 0, false)).offset;
+  off_head_ = reg_.info(reg_.add("lm_head.weight", {V, D})).offset;
+  store_.allocate(reg_.total_floats());
+  for (auto& m : mixers_) m->bind(store_.data.data(), store_.grad.data());
+  init(0);
+}
+
+void Model::init(std::uint64_t seed) {
+  Rng rng(seed);
+  for (const auto& p : reg_.all()) {
+    float* w = store_.data.data() + p.offset;
+    const i64 n = p.shape.numel();
+    switch (p.init) {
+      case Init::Normal:
+        for (i64 i = 0; i < n; ++i) w[i] = static_cast<float>(rng.normal() * p.init_a);
+        break;
+      case Init::Ones:
+        std::fill(w, w + n, 1.f);
+        break;
+      case Init::Zeros:
+        std::fill(w, w + n, 0.f);
+        break;
+      case Init::Uniform:
+        for (i64 i = 0; i < n; ++i) w[i] = static_cast<float>(rng.uniform(p.init_a, p.init_b));
+        break;
+      case Init::Custom:
+        break;  // set by the mixer's own init (e.g. dt_bias, A_log) through init_custom
+    }
+  }
+  for (auto& m : mixers_) m->init_custom(rng);
+}
+
+void Model::zero_grad() { std::fill(store_.grad.begin(), store_.grad.end(), 0.f); }
+
+void Model::plan(i64 B, i64 T, bool allow_longer) {
+  if (T > cfg_.max_seq_len && !allow_longer)
+    fail("sequence length {} is over the model's limit max_seq_len = {} (raise it with --set max_seq_len=N)", T,
+         cfg_.max_seq_len);
+  if (B == plan_B_ && T == plan_T_ && arena_.capacity() > 0) return;
+  const i64 N = B * T, D = cfg_.d_model, F = cfg_.d_ff;
+  const i64 pad = 64;
+  i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
+  i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + N * F + 2 * pad;
+  i64 scratch = 0;
+  for (auto& m : mixers_) {
+    floats += per_layer + m->saved_floats(B, T);
+    scratch = std::max(scratch, m->scratch_floats(B, T));
+  }
+  floats += 2 * (N * D + pad) + 2 * (N + pad);  // final x, norm, rstd, lse
+  // Backward temporaries: d_residual x2, dnorm, da, dgu, + the largest mixer scratch.
+  floats += 3 * (N * D + pad) + N * F + N * 2 * F + 2 * pad + scratch;
+  arena_.reserve(static_cast<std::size_t>(floats) * sizeof(float));
+  plan_B_ = B;
+  plan_T_ = T;
+}
+
+void Model::check(const char* what, i64 layer, const float* p, i64 n) const {
+  if (!check_numerics_) return;
+  for (i64 i = 0; i < n; ++i)
+    if (!std::isfinite(p[i])) {
+      if (layer >= 0)
+        fail("check-numerics: non-finite value {} in '{}' of layer {} ({}) at index {}", p[i], what, layer,
+             cfg_.letter(layer), i);
+      fail("check-numerics: non-finite value {} in '{}' at index {}", p[i], what, i);
+    }
+}
+
+void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T) {
+  if (B != plan_B_ || T != plan_T_) plan(B, T, T > cfg_.max_seq_len);
+  arena_.reset();
+  const i64 N = B * T, D = cfg_.d_model, F = cfg_.d_ff;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  B_ = B;
+  T_ = T;
+  int32_t* in = arena_.ints(N, "inputs");
+  std::memcpy(in, inputs, sizeof(int32_t) * N);
+  inputs_ = in;
+  doc_start_ = nullptr;
+  if (doc_start) {
+    int32_t* ds = arena_.ints(N, "doc_start");
+    std::memcpy(ds, doc_start, sizeof(int32_t) * N);
+    doc_start_ = ds;
+  }
+  SeqInfo s{B, T, doc_start_};
+  acts_.resize(static_cast<size_t>(cfg_.n_layers));
+  float* x = arena_.floats(N * D, "residual");
+  ops::embedding_forward(inputs_, params() + off_embed_, x, N, D, cfg_.vocab_size);
+  for (i64 l = 0; l < cfg_.n_layers; ++l) {
+    LayerActs& a = acts_[l];
+    const LayerOffsets& o = lo_[l];
+    a.x = x;
+    a.n1 = arena_.floats(N * D, "norm1");
+    a.rstd1 = arena_.floats(N, "rstd1");
+    ops::rmsnorm_forward(a.x, params() + o.ln1, a.n1, a.rstd1, N, D, eps);
+    a.h = arena_.floats(N * D, "residual mid");
+    mixers_[l]->forward(a.n1, a.h, s, arena_);  // h = mixer(n1)
+    check("mixer output", l, a.h, N * D);
+    for (i64 i = 0; i < N * D; ++i) a.h[i] += a.x[i];
+    a.n2 = arena_.floats(N * D, "norm2");
+    a.rstd2 = arena_.floats(N, "rstd2");
+    ops::rmsnorm_forward(a.h, params() + o.ln2, a.n2, a.rstd2, N, D, eps);
+    a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
+    ops::linear_forward(a.n2, params() + o.w_gate_up, a.gu, N, D, 2 * F);
+    a.a = arena_.floats(N * F, "mlp act");
+    ops::swiglu_forward(a.gu, a.a, N, F);
+    float* xn = arena_.floats(N * D, "residual");
+    ops::linear_forward(a.a, params() + o.w_down, xn, N, F, D);
+    check("mlp output", l, xn, N * D);
+    for (i64 i = 0; i < N * D; ++i) xn[i] += a.h[i];
+    x = xn;
+  }
+  x_final_ = x;
+  n_final_ = arena_.floats(N * D, "final norm");
+  rstd_final_ = arena_.floats(N, "final rstd");
+  ops::rmsnorm_forward(x_final_, params() + off_norm_, n_final_, rstd_final_, N, D, eps);
+  check("final norm", -1, n_final_, N * D);
+}
+
+double Model::forward(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start, i64 B, i64 T,
+                      i64* n_counted, float* token_loss) {
+  forward_hidden(inputs, doc_start, B, T);
+  const i64 N = B * T;
+  int32_t* tg = arena_.ints(N, "targets");
+  std::memcpy(tg, targets, sizeof(int32_t) * N);
+  targets_ = tg;
+  i64 cnt = 0;
+  for (i64 i = 0; i < N; ++i) {
+    if (tg[i] >= cfg_.vocab_size) fail("target token id {} at position {} is outside the vocabulary ({})", tg[i], i, cfg_.vocab_size);
+    cnt += tg[i] >= 0;
+  }
+  if (n_counted) *n_counted = cnt;
+  lse_ = arena_.floats(N, "lse");
+  double loss = ops::lm_head_ce_forward(n_final_, params() + off_head_, targets_, N, cfg_.d_model, cfg_.vocab_size,
+                                        lse_, token_loss);
+  if (check_numerics_ && !std::isfinite(loss)) fail("check-numerics: non-finite loss {}", loss);
+  return loss;
+}
+
+void Model::forward_logits(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T, float* logits) {
+  forward_hidden(inputs, doc_start, B, T);
+  ops::linear_forward(n_final_, params() + off_head_, logits, B * T, cfg_.d_model, cfg_.vocab_size);
+}
+
+void Model::backward(float grad_scale) {
+  const i64 N = B_ * T_, D = cfg_.d_model, F = cfg_.d_ff;
+  SeqInfo s{B_, T_, doc_start_};
+  auto mark = arena_.mark();
+  float* dx = arena_.floats(N * D, "d_residual");
+  float* dn = arena_.floats(N * D, "d_norm");
+  float* dtmp = arena_.floats(N * D, "d_tmp");
+  float* da = arena_.floats(N * F, "d_mlp_act");
+  float* dgu = arena_.floats(N * 2 * F, "d_mlp_gate_up");
+  ops::lm_head_ce_backward(n_final_, params() + off_head_, targets_, lse_, N, D, cfg_.vocab_size, grad_scale, dn,
+                           grads() + off_head_);
+  ops::rmsnorm_backward(x_final_, params() + off_norm_, rstd_final_, dn, dx, grads() + off_norm_, N, D);
+  check("grad final hidden", -1, dx, N * D);
+  for (i64 l = cfg_.n_layers - 1; l >= 0; --l) {
+    const LayerActs& a = acts_[l];
+    const LayerOffsets& o = lo_[l];
+    // out = h + down(swiglu(gate_up(norm2(h))))
+    ops::linear_backward(a.a, params() + o.w_down, dx, da, grads() + o.w_down, N, F, D);
+    ops::swiglu_backward(a.gu, da, dgu, N, F);
+    ops::linear_backward(a.n2, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
+    ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dtmp, grads() + o.ln2, N, D);
+    for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];  // dx is now d h
+    // h = x + mixer(norm1(x))
+    mixers_[l]->backward(a.n1, dx, dn, s, arena_);
+    check("grad mixer input", l, dn, N * D);
+    ops::rmsnorm_backward(a.x, params() + o.ln1, a.rstd1, dn, dtmp, grads() + o.ln1, N, D);
+    for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];
+    check("grad residual", l, dx, N * D);
+  }
+  ops::embedding_backward(inputs_, dx, grads() + off_embed_, N, D, cfg_.vocab_size);
+  arena_.release_to(mark);
+}
+
+ModelFlops Model::flops(i64 T) const {
+  ModelFlops f;
+  const double D = static_cast<double>(cfg_.d_model), F = static_cast<double>(cfg_.d_ff),
+               V = static_cast<double>(cfg_.vocab_size);
+  double fwd = 2.0 * V * D;  // LM head
+  f.matmul_params = V * D;
+  std::map<std::string, double> by_kind;
+  for (i64 l = 0; l < cfg_.n_layers; ++l) {
+    FlopCount m = mixers_[l]->flops_per_token(T);
+    const double mlp = 2.0 * 3.0 * D * F;
+    f.matmul_params += (m.matmul + mlp) / 2.0;
+    const double layer = m.matmul + m.core + mlp;
+    fwd += layer;
+    by_kind[std::string(1, cfg_.letter(l))] += layer;
+  }
+  by_kind["lm_head"] = 2.0 * V * D;
+  f.forward_per_token = fwd;
+  // Training = forward + backward (2x the matmuls, ~2x the mixer cores): 3x forward.
+  f.train_per_token = 3.0 * fwd;
+  for (auto& [k, v] : by_kind) f.per_layer_type.emplace_back(k, v);
+  return f;
+}
+
+}  // namespace hlm

@@ -1,0 +1,80 @@
+#pragma once
+// The decoder: embedding -> blocks (x += mixer(norm(x)); x += mlp(norm(x))) -> final norm -> LM head,
+// with cross-entropy fused into the head. One flat parameter buffer (model/params.h), one activation
+// arena sized from (B, T) up front, forward saves what backward needs.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "mixers/mixer.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace hlm {
+
+struct ModelFlops {
+  double matmul_params = 0;  // weights in all matmuls incl. LM head (not the embedding)
+  double train_per_token = 0, forward_per_token = 0;
+  std::vector<std::pair<std::string, double>> per_layer_type;  // forward FLOPs/token by kind
+};
+
+class Model {
+ public:
+  explicit Model(const ModelConfig& cfg);
+  const ModelConfig& config() const { return cfg_; }
+  ParamRegistry& registry() { return reg_; }
+  const ParamRegistry& registry() const { return reg_; }
+  float* params() { return store_.data.data(); }
+  float* grads() { return store_.grad.data(); }
+  i64 param_floats() const { return reg_.total_floats(); }
+  i64 num_params() const { return reg_.count(); }
+
+  void init(std::uint64_t seed);
+  void zero_grad();
+
+  // Sizes the activation arena for batches of [B, T] (throws when T > max_seq_len unless allow_longer).
+  void plan(i64 B, i64 T, bool allow_longer = false);
+  // Forward; returns the SUM of token losses over targets >= 0 (n_counted set to their count).
+  // Saves activations for backward. token_loss [B*T] optional.
+  double forward(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start, i64 B, i64 T,
+                 i64* n_counted = nullptr, float* token_loss = nullptr);
+  // Backward of (sum loss) * grad_scale; parameter gradients accumulate.
+  void backward(float grad_scale);
+  // Logits for every position [B*T, V] (evaluation/generation); uses the arena like forward.
+  void forward_logits(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T, float* logits);
+
+  // --check-numerics: after each op, stop at the first non-finite tensor and name it.
+  void set_check_numerics(bool on) { check_numerics_ = on; }
+  ModelFlops flops(i64 T) const;
+  Mixer& mixer(i64 layer) { return *mixers_[static_cast<size_t>(layer)]; }
+  i64 arena_bytes() const { return static_cast<i64>(arena_.capacity()); }
+
+ private:
+  void forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T);
+  void check(const char* what, i64 layer, const float* p, i64 n) const;
+
+  ModelConfig cfg_;
+  ParamRegistry reg_;
+  ParamStore store_;
+  std::vector<std::unique_ptr<Mixer>> mixers_;
+  struct LayerOffsets {
+    i64 ln1, ln2, w_gate_up, w_down;
+  };
+  std::vector<LayerOffsets> lo_;
+  i64 off_embed_ = 0, off_norm_ = 0, off_head_ = 0;
+
+  Arena arena_;
+  i64 plan_B_ = 0, plan_T_ = 0;
+  bool check_numerics_ = false;
+  // Saved activations of the last forward.
+  struct LayerActs {
+    float *x, *n1, *rstd1, *h, *n2, *rstd2, *gu, *a;
+  };
+  std::vector<LayerActs> acts_;
+  float *x_final_ = nullptr, *n_final_ = nullptr, *rstd_final_ = nullptr, *lse_ = nullptr;
+  const int32_t *inputs_ = nullptr, *targets_ = nullptr, *doc_start_ = nullptr;
+  i64 B_ = 0, T_ = 0;
+};
+
+}  // namespace hlm

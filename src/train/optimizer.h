@@ -1,0 +1,38 @@
+#pragma once
+// AdamW with torch.optim.AdamW semantics (decoupled weight decay) and global-norm gradient clipping
+// with torch.nn.utils.clip_grad_norm_ semantics. Moments live in flat buffers laid out like the params.
+#include <vector>
+
+#include "core/safetensors.h"
+#include "model/params.h"
+
+namespace hlm {
+
+struct AdamWConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
+};
+
+class AdamW {
+ public:
+  AdamW(const ParamRegistry& reg, AdamWConfig cfg);
+  // Clips grads in place (if grad_clip > 0) and returns the pre-clip global L2 norm.
+  double clip(float* grads) const;
+  // One update with learning rate lr (the schedule's value for this step).
+  void step(float* params, const float* grads, double lr);
+  i64 steps() const { return t_; }
+  void set_steps(i64 t) { t_ = t; }
+  std::vector<float>& m() { return m_; }
+  std::vector<float>& v() { return v_; }
+  const AdamWConfig& config() const { return cfg_; }
+  // Restores exp_avg.<name> / exp_avg_sq.<name> for every parameter (hlm::Error when missing).
+  void load_moments(const SafeTensorsFile& f);
+
+ private:
+  const ParamRegistry& reg_;
+  AdamWConfig cfg_;
+  std::vector<float> m_, v_;
+  std::vector<unsigned char> decay_mask_;  // per float: weight decay applies
+  i64 t_ = 0;
+};
+
+}  // namespace hlm

@@ -1,0 +1,94 @@
+#pragma once
+// The training loop: gradient accumulation, clipping, AdamW, LR schedule, a live progress line,
+// periodic validation, metrics JSONL, atomic checkpoints, exact resume, NaN stop, Ctrl-C save.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace hlm {
+
+struct Batch {
+  i64 B = 0, T = 0;
+  std::vector<int32_t> inputs, targets, doc_start;  // [B*T]; doc_start empty = one document per row
+};
+
+// A deterministic stream of batches whose position can be saved and restored (exact resume).
+class BatchStream {
+ public:
+  virtual ~BatchStream() = default;
+  virtual void next(Batch& b) = 0;
+  virtual nlohmann::json state() const = 0;
+  virtual void set_state(const nlohmann::json& s) = 0;
+};
+
+struct TrainConfig {
+  long steps = 200;
+  i64 batch = 8, seq_len = 256;
+  int grad_accum = 1;
+  AdamWConfig adamw;
+  ScheduleConfig schedule;
+  long eval_every = 50;      // 0 = only at the start and the end
+  int eval_batches = 8;      // validation batches (fixed, the same every evaluation)
+  long ckpt_every = 0;       // 0 = only at the end (and on Ctrl-C)
+  int keep_checkpoints = 3;  // newest N kept (0 = all)
+  long log_every = 10;
+  std::uint64_t seed = 1234;
+  bool check_numerics = false;
+  bool quiet = false;        // no progress line
+  std::string out_dir;       // "" = no checkpoints/metrics files
+};
+
+struct TrainResult {
+  long steps = 0;            // optimizer steps completed in total (including before a resume)
+  double tokens = 0;         // training tokens seen in total
+  double first_val_loss = 0, final_val_loss = 0, final_train_loss = 0;
+  double train_tokens_per_s = 0, train_gflops = 0, step_ms = 0;
+  std::string checkpoint;    // folder of the last checkpoint written
+  bool interrupted = false;
+  std::vector<double> losses;  // training loss of each step run in this call
+};
+
+// Hook for extra evaluations at eval steps (e.g. LongPPL); returns fields added to the metrics row.
+using EvalHook = std::function<nlohmann::json(Model&, long step)>;
+
+class Trainer {
+ public:
+  Trainer(Model& model, TrainConfig cfg, BatchStream& train, BatchStream* val);
+  // Restores model, optimizer, data position and step from a checkpoint folder.
+  void resume(const std::string& ckpt_dir);
+  TrainResult run();
+  void set_eval_hook(EvalHook h) { eval_hook_ = std::move(h); }
+  // Mean validation loss over the fixed validation batches.
+  double evaluate();
+  // Extra JSON saved in trainer_state.json (e.g. data and tokenizer specs).
+  void set_run_info(nlohmann::json info) { run_info_ = std::move(info); }
+
+ private:
+  nlohmann::json trainer_state(long step) const;
+  void log_metrics(const nlohmann::json& row);
+
+  Model& model_;
+  TrainConfig cfg_;
+  BatchStream& train_;
+  BatchStream* val_;
+  AdamW opt_;
+  long start_step_ = 0;
+  double tokens_seen_ = 0;
+  double first_val_loss_ = -1;
+  EvalHook eval_hook_;
+  nlohmann::json run_info_ = nlohmann::json::object();
+  std::vector<Batch> val_batches_;
+};
+
+// Ctrl-C handling: the first SIGINT/SIGTERM sets a flag the loop checks after each step.
+void install_interrupt_handler();
+bool interrupted();
+
+}  // namespace hlm

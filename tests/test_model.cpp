@@ -1,0 +1,264 @@
+// Whole-model tests: gradient check, memorisation, config errors, checkpoint round trip, exact resume.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/safetensors.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "testing.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+using namespace hlm;
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelConfig tiny(const std::string& pattern, bool f_rope = true, bool qk_norm = false) {
+  json j = {{"d_model", 32}, {"n_layers", 4}, {"n_heads", 4}, {"n_kv_heads", 2}, {"head_dim", 8},
+            {"d_ff", 48}, {"vocab_size", 37}, {"max_seq_len", 64}, {"pattern", pattern}, {"window", 5},
+            {"layer_types", {{"F", {{"rope", f_rope}, {"qk_norm", qk_norm}}}, {"S", {{"rope", true}}}}}};
+  return ModelConfig::from_json(j, "test");
+}
+
+struct TokenBatch {
+  i64 B, T;
+  std::vector<int32_t> in, tg;
+};
+
+TokenBatch random_batch(i64 B, i64 T, i64 V, uint64_t seed) {
+  Rng r(seed);
+  TokenBatch b{B, T, {}, {}};
+  for (i64 i = 0; i < B * T; ++i) {
+    b.in.push_back(static_cast<int32_t>(r.below(V)));
+    b.tg.push_back(static_cast<int32_t>(r.below(V)));
+  }
+  return b;
+}
+
+// Fixed batches cycling deterministically; its state is the cursor.
+class CyclingStream : public BatchStream {
+ public:
+  CyclingStream(i64 B, i64 T, i64 V, int n) {
+    for (int i = 0; i < n; ++i) batches_.push_back(random_batch(B, T, V, 100 + i));
+  }
+  void next(Batch& b) override {
+    const auto& s = batches_[cursor_++ % batches_.size()];
+    b.B = s.B;
+    b.T = s.T;
+    b.inputs = s.in;
+    b.targets = s.tg;
+    b.doc_start.clear();
+  }
+  json state() const override { return {{"cursor", cursor_}}; }
+  void set_state(const json& s) override { cursor_ = s.at("cursor").get<size_t>(); }
+
+ private:
+  std::vector<TokenBatch> batches_;
+  size_t cursor_ = 0;
+};
+
+}  // namespace
+
+TEST(Model, GradientMatchesFiniteDifferencesOnEveryTensorKind) {
+  for (bool qk : {false, true}) {
+    ModelConfig cfg = tiny("SSSF", /*f_rope=*/false, qk);
+    Model m(cfg);
+    m.init(3);
+    // Larger weights than init so every path carries signal.
+    for (i64 i = 0; i < m.param_floats(); ++i) m.params()[i] *= 3.0f;
+    auto b = random_batch(2, 12, cfg.vocab_size, 9);
+    m.plan(2, 12);
+    i64 n = 0;
+    m.zero_grad();
+    m.forward(b.in.data(), b.tg.data(), nullptr, 2, 12, &n);
+    m.backward(1.0f / n);
+    std::vector<float> g(m.grads(), m.grads() + m.param_floats());
+    auto loss = [&]() {
+      i64 c = 0;
+      return m.forward(b.in.data(), b.tg.data(), nullptr, 2, 12, &c) / c;
+    };
+    std::vector<float> P(m.params(), m.params() + m.param_floats());
+    for (const auto& p : m.registry().all()) {
+      // The largest-gradient entry of each tensor, plus one more, checked against central differences.
+      i64 best = 0;
+      for (i64 i = 0; i < p.shape.numel(); ++i)
+        if (std::fabs(g[p.offset + i]) > std::fabs(g[p.offset + best])) best = i;
+      for (i64 i : {best, p.shape.numel() / 2}) {
+        float* w = m.params() + p.offset + i;
+        const float old = *w;
+        auto central = [&](float h) {
+          *w = old + h;
+          double lp = loss();
+          *w = old - h;
+          double lm = loss();
+          *w = old;
+          return (lp - lm) / (2.0 * h);
+        };
+        // Richardson extrapolation: O(h^4) truncation error, so fp32 round-off dominates.
+        const float h = 1e-2f;
+        const double fd = (4.0 * central(h / 2) - central(h)) / 3.0;
+        const double an = g[p.offset + i];
+        EXPECT_NEAR(an, fd, 2e-3 + 0.05 * std::fabs(fd)) << p.name << "[" << i << "] qk_norm=" << qk;
+      }
+    }
+  }
+}
+
+TEST(Model, MemorisesOneBatch) {
+  ModelConfig cfg = tiny("SF");
+  Model m(cfg);
+  m.init(1);
+  CyclingStream s(2, 16, cfg.vocab_size, 1);
+  TrainConfig tc;
+  tc.steps = 150;
+  tc.batch = 2;
+  tc.seq_len = 16;
+  tc.schedule.lr = 1e-2;
+  tc.schedule.warmup = 10;
+  tc.schedule.kind = "constant";
+  tc.adamw.weight_decay = 0.0;
+  tc.eval_every = 0;
+  tc.quiet = true;
+  Trainer t(m, tc, s, nullptr);
+  TrainResult r = t.run();
+  EXPECT_GT(r.losses.front(), 3.0);
+  EXPECT_LT(r.losses.back(), 0.05) << "first " << r.losses.front();
+}
+
+TEST(Model, ResumeContinuesTheExactLossCurve) {
+  const fs::path dir = fs::temp_directory_path() / "hlm_test_resume";
+  fs::remove_all(dir);
+  ModelConfig cfg = tiny("SSF");
+  auto make_tc = [&](long steps, const std::string& out) {
+    TrainConfig tc;
+    tc.steps = steps;
+    tc.batch = 2;
+    tc.seq_len = 16;
+    tc.schedule.lr = 3e-3;
+    tc.schedule.warmup = 2;
+    tc.eval_every = 0;
+    tc.quiet = true;
+    tc.out_dir = out;
+    return tc;
+  };
+  std::vector<double> straight;
+  {
+    Model m(cfg);
+    m.init(5);
+    CyclingStream s(2, 16, cfg.vocab_size, 7);
+    Trainer t(m, make_tc(8, ""), s, nullptr);
+    straight = t.run().losses;
+  }
+  std::vector<double> resumed;
+  // The schedule depends on the total step count, so train all 8 steps with a checkpoint every 3 and
+  // resume a fresh model from the step-3 checkpoint.
+  {
+    Model m(cfg);
+    m.init(5);
+    CyclingStream s(2, 16, cfg.vocab_size, 7);
+    TrainConfig tc = make_tc(8, (dir / "run").string());
+    tc.ckpt_every = 3;
+    tc.keep_checkpoints = 0;
+    Trainer t(m, tc, s, nullptr);
+    auto full = t.run().losses;
+    ASSERT_EQ(full, straight);  // checkpointing does not change the run
+  }
+  {
+    Model m(cfg);
+    m.init(999);  // overwritten by resume
+    CyclingStream s(2, 16, cfg.vocab_size, 7);
+    Trainer t(m, make_tc(8, (dir / "run2").string()), s, nullptr);
+    t.resume((dir / "run" / "checkpoints" / "step_00000003").string());
+    resumed = t.run().losses;
+  }
+  ASSERT_EQ(resumed.size(), 5u);
+  for (size_t i = 0; i < resumed.size(); ++i) EXPECT_EQ(resumed[i], straight[i + 3]) << "step " << i + 4;
+  fs::remove_all(dir);
+}
+
+TEST(Model, CheckpointRoundTripAndCorruptFilesAreErrors) {
+  const fs::path dir = fs::temp_directory_path() / "hlm_test_ckpt";
+  fs::remove_all(dir);
+  ModelConfig cfg = tiny("SF");
+  Model a(cfg);
+  a.init(11);
+  std::string ck = save_checkpoint(dir.string(), 1, a, nullptr, {{"step", 1}});
+  EXPECT_EQ(resolve_checkpoint(dir.string()), ck);
+  Model b(load_checkpoint_config(ck));
+  load_model_params(ck, b);
+  for (i64 i = 0; i < a.param_floats(); ++i) ASSERT_EQ(a.params()[i], b.params()[i]);
+  // Truncate the model file: loading must fail with the file named.
+  const std::string mf = ck + "/model.safetensors";
+  fs::resize_file(mf, fs::file_size(mf) / 2);
+  try {
+    load_model_params(ck, b);
+    FAIL() << "truncated checkpoint loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+  // A checkpoint of another config: a shape mismatch names the tensor.
+  json other = tiny("SF").to_json();
+  other["d_ff"] = 40;
+  Model c(ModelConfig::from_json(other, "test"));
+  a.init(11);
+  std::string ck2 = save_checkpoint((dir / "x").string(), 2, a, nullptr, {{"step", 2}});
+  try {
+    load_model_params(ck2, c);
+    FAIL() << "wrong-config checkpoint loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers."), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Config, PresetsResolveWithTheirPatterns) {
+  EXPECT_EQ(resolve_config("full", "", {}).layer_pattern(), "FFFFFFFF");
+  auto s = resolve_config("swa128-nope", "", {});
+  EXPECT_EQ(s.layer_pattern(), "SSSFSSSF");
+  EXPECT_EQ(s.type('S').window, 128);
+  EXPECT_FALSE(s.type('F').rope);
+  EXPECT_TRUE(s.type('S').rope);
+  EXPECT_TRUE(resolve_config("swa128", "", {}).type('F').rope);
+  EXPECT_EQ(resolve_config("swa2048", "", {}).type('S').window, 2048);
+  auto o = resolve_config("swa128", "", {"d_model=64", "n_layers=4", "window=32", "layer_types.F.rope=false"});
+  EXPECT_EQ(o.d_model, 64);
+  EXPECT_EQ(o.type('S').window, 32);
+  EXPECT_FALSE(o.type('F').rope);
+}
+
+TEST(Config, BadInputIsAnErrorNamingTheField) {
+  auto expect_error = [](auto fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([] { resolve_config("nope", "", {}); }, "unknown preset 'nope'");
+  expect_error([] { resolve_config("", "", {"pattern=SSXF"}); }, "unknown layer letter 'X'");
+  expect_error([] { resolve_config("", "", {"d_modle=64"}); }, "unknown config key 'd_modle'");
+  expect_error([] { resolve_config("", "", {"d_model=abc"}); }, "'d_model' must be an integer");
+  expect_error([] { resolve_config("", "", {"n_heads=3", "n_kv_heads=2"}); }, "multiple of n_kv_heads");
+  expect_error([] { resolve_config("", "", {"layer_types.S.windw=3"}); }, "layer_types.S.windw");
+  const fs::path f = fs::temp_directory_path() / "hlm_bad_config.json";
+  { std::ofstream(f) << "{\"d_model\": 64,"; }
+  expect_error([&] { resolve_config("", f.string(), {}); }, f.string());
+  fs::remove(f);
+  expect_error([] { Model m(resolve_config("", "", {"max_seq_len=16"})); m.plan(1, 32); }, "max_seq_len");
+}
+
+TEST(Model, FlopsAreCountedPerLayerType) {
+  auto full = Model(resolve_config("full", "", {})).flops(1024);
+  auto swa = Model(resolve_config("swa128-nope", "", {})).flops(1024);
+  // Same matmul weights; attention core differs: full 4*H*hd*mean(t+1) vs SWA band.
+  EXPECT_EQ(full.matmul_params, swa.matmul_params);
+  EXPECT_DOUBLE_EQ(full.matmul_params, 8 * (4.0 * 256 * 256 + 3.0 * 256 * 768) + 4096.0 * 256);
+  const double full_core = 8 * 4.0 * 256 * (1025.0 / 2);
+  EXPECT_NEAR(full.forward_per_token - 2 * full.matmul_params, full_core, 1e-6 * full_core);
+  EXPECT_LT(swa.forward_per_token, full.forward_per_token);
+}
