@@ -26,6 +26,7 @@ Command register_train(CLI::App& app) {
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
+  o->t.schedule.warmup = -1;
   o->model.add(sub);
   sub->add_option("--data", o->data, "'default' (built-in corpus), a text file/folder, or a prepared dataset folder")
       ->capture_default_str();
@@ -36,7 +37,7 @@ Command register_train(CLI::App& app) {
   sub->add_option("--grad-accum", o->t.grad_accum, "micro-batches per optimizer step")->capture_default_str();
   sub->add_option("--lr", o->t.schedule.lr, "peak learning rate")->capture_default_str();
   sub->add_option("--schedule", o->t.schedule.kind, "wsd | cosine | constant")->capture_default_str();
-  sub->add_option("--warmup", o->t.schedule.warmup, "warmup steps")->capture_default_str();
+  sub->add_option("--warmup", o->t.schedule.warmup, "warmup steps (default: min(100, steps/10))");
   sub->add_option("--decay-fraction", o->t.schedule.decay_fraction, "WSD: fraction of steps in the decay")
       ->capture_default_str();
   sub->add_option("--weight-decay", o->t.adamw.weight_decay, "AdamW weight decay")->capture_default_str();
@@ -65,6 +66,7 @@ Command register_train(CLI::App& app) {
             t.check_numerics = o->check_numerics;
             t.quiet = o->quiet;
             t.adamw.lr = t.schedule.lr;
+            if (t.schedule.warmup < 0) t.schedule.warmup = std::max(1L, std::min(100L, t.steps / 10));
             if (t.steps < 1) fail("--steps must be >= 1, got {}", t.steps);
             if (t.batch < 1) fail("--batch must be >= 1, got {}", t.batch);
             if (t.seq_len < 2) fail("--seq-len must be >= 2, got {}", t.seq_len);
@@ -80,6 +82,19 @@ Command register_train(CLI::App& app) {
               run = read_run_config(o->out);
               if (run.contains("data")) data_spec = run["data"].get<std::string>();
               if (run.contains("tokenizer")) tok_spec = run["tokenizer"].get<std::string>();
+              if (run.contains("train")) {  // the run's own settings; only --steps may change
+                const auto& rt = run["train"];
+                t.batch = rt.value("batch", t.batch);
+                t.seq_len = rt.value("seq_len", t.seq_len);
+                t.grad_accum = rt.value("grad_accum", t.grad_accum);
+                t.seed = rt.value("seed", t.seed);
+                t.schedule.lr = t.adamw.lr = rt.value("lr", t.schedule.lr);
+                t.schedule.kind = rt.value("schedule", t.schedule.kind);
+                t.schedule.warmup = rt.value("warmup", t.schedule.warmup);
+                t.schedule.decay_fraction = rt.value("decay_fraction", t.schedule.decay_fraction);
+                t.adamw.weight_decay = rt.value("weight_decay", t.adamw.weight_decay);
+                t.adamw.grad_clip = rt.value("grad_clip", t.adamw.grad_clip);
+              }
               if (o->model.given()) fmt::print(stderr, "note: --resume uses the checkpoint's model config; "
                                                        "--preset/--config/--set are ignored\n");
             } else {
@@ -124,7 +139,9 @@ Command register_train(CLI::App& app) {
               run["tokenizer"] = ds.tokenizer_spec;
               run["train"] = {{"steps", t.steps}, {"batch", t.batch}, {"seq_len", t.seq_len},
                               {"grad_accum", t.grad_accum}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
-                              {"warmup", t.schedule.warmup}, {"seed", t.seed}};
+                              {"warmup", t.schedule.warmup}, {"decay_fraction", t.schedule.decay_fraction},
+                              {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.adamw.grad_clip},
+                              {"seed", t.seed}};
               write_file_atomic((fs::path(o->out) / "run.json").string(), run.dump(2) + "\n");
             }
             Trainer trainer(model, t, train, &val);
@@ -145,7 +162,7 @@ Command register_train(CLI::App& app) {
                           {"final_val_loss", r.final_val_loss}, {"final_train_loss", r.final_train_loss},
                           {"train_tokens_per_s", r.train_tokens_per_s}, {"train_gflops", r.train_gflops},
                           {"step_ms", r.step_ms}, {"checkpoint", r.checkpoint}, {"params", model.num_params()},
-                          {"interrupted", r.interrupted}, {"losses", r.losses}});
+                          {"interrupted", r.interrupted}});
             }
             return r.interrupted ? 130 : 0;
           }};

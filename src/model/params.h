@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -43,7 +44,7 @@ class ParamRegistry {
 
 // The flat buffers of a model: parameters and their gradients (aligned).
 struct ParamStore {
-  std::vector<float> data, grad;  // capacity fixed after allocate(); never reallocated
+  aligned_vector<float> data, grad;  // capacity fixed after allocate(); never reallocated
   void allocate(i64 n) {
     data.assign(static_cast<size_t>(n), 0.f);
     grad.assign(static_cast<size_t>(n), 0.f);

@@ -21,8 +21,8 @@ class AdamW {
   void step(float* params, const float* grads, double lr);
   i64 steps() const { return t_; }
   void set_steps(i64 t) { t_ = t; }
-  std::vector<float>& m() { return m_; }
-  std::vector<float>& v() { return v_; }
+  aligned_vector<float>& m() { return m_; }
+  aligned_vector<float>& v() { return v_; }
   const AdamWConfig& config() const { return cfg_; }
   // Restores exp_avg.<name> / exp_avg_sq.<name> for every parameter (hlm::Error when missing).
   void load_moments(const SafeTensorsFile& f);
@@ -30,7 +30,7 @@ class AdamW {
  private:
   const ParamRegistry& reg_;
   AdamWConfig cfg_;
-  std::vector<float> m_, v_;
+  aligned_vector<float> m_, v_;
   std::vector<unsigned char> decay_mask_;  // per float: weight decay applies
   i64 t_ = 0;
 };

@@ -7,7 +7,7 @@ namespace hlm {
 struct ScheduleConfig {
   std::string kind = "wsd";  // "wsd" | "cosine" | "constant"
   double lr = 1e-3;
-  long warmup = 100;
+  long warmup = 100;  // the CLI's default (-1) means min(100, steps/10)
   double decay_fraction = 0.2;  // WSD: last fraction of steps decays
   std::string decay_shape = "linear";  // WSD decay: "linear" | "cosine" | "sqrt"
   double final_lr_factor = 0.1;        // lr at the end = final_lr_factor * lr
