@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/fast_exp.h"
+#include "ops/expf_simd.h"
 #include "ops/matmul.h"
 
 namespace hlm::ops {
@@ -61,6 +61,21 @@ void check_args(const char* op, const int32_t* targets, i64 N, i64 D, i64 V, con
               D);
 }
 
+// max of x[0..n): 16 independent lanes so it vectorises (GCC does not vectorise a float max reduction
+// without -ffinite-math-only, even under `omp simd reduction(max)`).
+inline float row_max(const float* x, i64 n) {
+  constexpr int L = 16;
+  float acc[L];
+  for (int j = 0; j < L; ++j) acc[j] = -std::numeric_limits<float>::infinity();
+  i64 k = 0;
+  for (; k + L <= n; k += L)
+    for (int j = 0; j < L; ++j) acc[j] = x[k + j] > acc[j] ? x[k + j] : acc[j];
+  for (; k < n; ++k) acc[0] = x[k] > acc[0] ? x[k] : acc[0];
+  float m = acc[0];
+  for (int j = 1; j < L; ++j) m = acc[j] > m ? acc[j] : m;
+  return m;
+}
+
 // Row range of group g out of G over n items.
 inline i64 split(i64 n, i64 g, i64 G) { return n * g / G; }
 
@@ -103,15 +118,13 @@ double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets
         matmul(false, true, rows, cols, D, 1.f, h + rb * D, D, W + v0 * D, D, 0.f, tile, ldt);
         for (i64 r = 0; r < rows; ++r) {
           const float* row = tile + r * ldt;
-          float tmax = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : tmax)
-          for (i64 k = 0; k < cols; ++k) tmax = std::max(tmax, row[k]);
+          const float tmax = row_max(row, cols);
           const float m_old = M[rb + r], m_new = std::max(m_old, tmax);
           float s = 0.f;
 #pragma omp simd reduction(+ : s)
-          for (i64 k = 0; k < cols; ++k) s += fast_exp(row[k] - m_new);
-          // fast_exp(-inf) == 0 covers the first chunk.
-          S[rb + r] = S[rb + r] * fast_exp(m_old - m_new) + s;
+          for (i64 k = 0; k < cols; ++k) s += expf_simd(row[k] - m_new);
+          // expf_simd(-inf) == 0 covers the first chunk.
+          S[rb + r] = S[rb + r] * expf_simd(m_old - m_new) + s;
           M[rb + r] = m_new;
           const i64 tg = targets[rb + r];
           if (tg >= v0 && tg < v0 + cols) tgt[rb + r] = row[tg - v0];
@@ -173,7 +186,7 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
           }
           const float l = lse[rb + r];
 #pragma omp simd
-          for (i64 k = 0; k < cols; ++k) row[k] = fast_exp(row[k] - l) * grad_scale;
+          for (i64 k = 0; k < cols; ++k) row[k] = expf_simd(row[k] - l) * grad_scale;
           if (tg >= v0 && tg < v0 + cols) row[tg - v0] -= grad_scale;
         }
         // dh[rows, D] (+)= dlogits[rows, cols] W[v0:v0+cols, D]; the group's first chunk overwrites.

@@ -1,0 +1,54 @@
+// Micro-benchmarks of the dense hot ops: sgemm at the bench-config qkv projection shape and 2048^3, and
+// the fused LM-head cross-entropy (forward + backward) at N=8192, D=256, V=4096.
+// Counters: GFLOP/s = useful flops / wall time (matmul 2MNK; CE forward 2NDV, backward 3 x 2NDV).
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "core/rng.h"
+#include "ops/cross_entropy.h"
+#include "ops/matmul.h"
+
+using hlm::i64;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed, double scale) {
+  hlm::Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(r.normal() * scale);
+  return v;
+}
+
+// y[M,N] = x[M,K] W[N,K]^T, the linear_forward layout.
+void BM_Matmul(benchmark::State& st) {
+  const i64 M = st.range(0), N = st.range(1), K = st.range(2);
+  auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
+  std::vector<float> C(M * N);
+  for (auto _ : st) {
+    hlm::ops::matmul(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Matmul)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_LmHeadCE(benchmark::State& st) {
+  const i64 N = st.range(0), D = st.range(1), V = st.range(2);
+  auto h = randn(N * D, 3, 1.0), W = randn(V * D, 4, 0.05);
+  std::vector<int32_t> tg(N);
+  hlm::Rng r(5);
+  for (auto& t : tg) t = static_cast<int32_t>(r.below(V));
+  std::vector<float> lse(N), dh(N * D), dW(V * D, 0.f);
+  for (auto _ : st) {
+    double loss = hlm::ops::lm_head_ce_forward(h.data(), W.data(), tg.data(), N, D, V, lse.data());
+    hlm::ops::lm_head_ce_backward(h.data(), W.data(), tg.data(), lse.data(), N, D, V, 1.f / N, dh.data(), dW.data());
+    benchmark::DoNotOptimize(loss);
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(8.0 * N * D * V, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_LmHeadCE)->Args({8192, 256, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
