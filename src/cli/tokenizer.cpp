@@ -16,7 +16,7 @@ namespace {
 struct TokenizerArgs {
   std::string data, out, spec, text, ids;
   int vocab_size = 4096;
-  double sample_mb = 24;
+  double sample_mb = 12;
   double val_fraction = 0.02;
   std::uint64_t seed = 0;
 };

@@ -1,8 +1,10 @@
 #include "data/dataset.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -30,6 +32,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kMetaVersion = 1;
+// Bump when the way shards or tokenizers are made changes (options, splitting, sampling): cached
+// datasets built by an older recipe are rebuilt instead of silently reused.
+constexpr const char* kRecipe = "r1";
 
 // What the user asked for, parsed.
 struct TokenizerRequest {
@@ -77,6 +82,11 @@ TokenizerRequest parse_tokenizer_spec(const std::string& spec_in) {
     r.tag = sanitize(fs::path(spec).stem().string()) + "-" + hex8(hash64(read_text_file(r.model_path)));
   }
   return r;
+}
+
+std::string recipe(const TokenizerRequest& req, const PrepareOptions& opt) {
+  if (req.kind != TokenizerRequest::kTrainBpe) return kRecipe;
+  return fmt::format("{} spm_sample_bytes={}", kRecipe, opt.spm_sample_bytes);
 }
 
 nlohmann::json read_json_file(const fs::path& p) {
@@ -181,6 +191,14 @@ Dataset build(const Corpus& corpus, const std::string& data_spec, const Tokenize
   if (ec) fail("dataset: cannot create cache folder {}: {}", dir.parent_path().string(), ec.message());
   // Build in a private folder and rename it into place: readers never see a half-built dataset, and
   // two processes building at once do not clash.
+  // Leftovers of builds that were killed (their process is gone) would otherwise pile up.
+  const std::string tmp_prefix = dir.filename().string() + ".tmp-";
+  for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
+    std::string f = e.path().filename().string();
+    if (f.rfind(tmp_prefix, 0) != 0) continue;
+    long pid = std::strtol(f.c_str() + tmp_prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
   fs::path tmp = dir;
   tmp += fmt::format(".tmp-{}-{:x}", ::getpid(), hash64(fmt::format("{}", timer.seconds()), ::getpid()) & 0xffff);
   fs::remove_all(tmp, ec);
@@ -238,6 +256,7 @@ Dataset build(const Corpus& corpus, const std::string& data_spec, const Tokenize
       {"fingerprint", corpus.fingerprint()},
       {"tokenizer", tok_meta},
       {"tokenizer_request", req.canonical},
+      {"recipe", recipe(req, opt)},
       {"tokenizer_name", tok->name()},
       {"vocab_size", tok->vocab_size()},
       {"eos_id", tok->eos_id()},
@@ -371,6 +390,8 @@ Dataset prepare_dataset(const std::string& data_spec, const std::string& tokeniz
         why = "another tokenizer";
       else if (m.value("val_fraction", -1.0) != opt.val_fraction)
         why = "another val fraction";
+      else if (m.value("recipe", std::string()) != recipe(req, opt))
+        why = "an older recipe";
       else
         return open_dataset(dir.string());
     } catch (const Error& e) {

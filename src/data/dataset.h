@@ -30,7 +30,7 @@ struct Dataset {
 
 struct PrepareOptions {
   double val_fraction = 0.02;          // documents (by path hash) that go to val; at least one
-  std::int64_t spm_sample_bytes = 24 << 20;  // text sampled to train a "bpe:N" tokenizer
+  std::int64_t spm_sample_bytes = 12'000'000;  // text sampled to train a "bpe:N" tokenizer
   std::int64_t batch_bytes = 32 << 20;       // text tokenised per parallel step (bounds memory)
   bool quiet = false;                   // no progress on stderr
 };

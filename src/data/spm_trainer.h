@@ -12,7 +12,7 @@ namespace hlm::data {
 
 struct SpmTrainOptions {
   int vocab_size = 4096;
-  std::int64_t sample_bytes = 24 << 20;  // text handed to the trainer (keeps training well under a minute)
+  std::int64_t sample_bytes = 12'000'000;  // text handed to the trainer (keeps training well under a minute)
   std::uint64_t seed = 0;                // picks which documents are sampled
   int threads = 0;                       // 0: hlm::num_threads()
   bool verbose = false;                  // let SentencePiece print its own log
