@@ -262,3 +262,32 @@ TEST(Model, FlopsAreCountedPerLayerType) {
   EXPECT_NEAR(full.forward_per_token - 2 * full.matmul_params, full_core, 1e-6 * full_core);
   EXPECT_LT(swa.forward_per_token, full.forward_per_token);
 }
+
+TEST(Model, DecodingEqualsTheFullForwardPastTheWindow) {
+  for (const char* pat : {"SSSF", "F"}) {
+    ModelConfig cfg = tiny(pat, /*f_rope=*/std::string(pat) == "F", /*qk_norm=*/true);
+    Model m(cfg);
+    m.init(21);
+    const i64 B = 2, T = 23;  // window is 5: decoding runs far past it
+    auto b = random_batch(B, T, cfg.vocab_size, 4);
+    std::vector<float> full(static_cast<size_t>(B * T * cfg.vocab_size));
+    m.forward_logits(b.in.data(), nullptr, B, T, full.data());
+    DecodeState st = m.new_decode_state(B, T);
+    // Prefill the first 7 tokens (all logits), then decode one token at a time.
+    const i64 P = 7, V = cfg.vocab_size;
+    std::vector<int32_t> prompt;
+    for (i64 r = 0; r < B; ++r) prompt.insert(prompt.end(), b.in.begin() + r * T, b.in.begin() + r * T + P);
+    std::vector<float> pre(static_cast<size_t>(B * P * V)), step(static_cast<size_t>(B * V));
+    m.prefill(prompt.data(), B, P, st, nullptr, pre.data());
+    std::vector<float> got(full.size()), want(full.size());
+    for (i64 r = 0; r < B; ++r)
+      for (i64 t = 0; t < P; ++t)
+        std::copy(pre.begin() + (r * P + t) * V, pre.begin() + (r * P + t + 1) * V, got.begin() + (r * T + t) * V);
+    for (i64 t = P; t < T; ++t) {
+      int32_t tok[2] = {b.in[t], b.in[T + t]};
+      m.decode_step(tok, st, step.data());
+      for (i64 r = 0; r < B; ++r) std::copy(step.begin() + r * V, step.begin() + (r + 1) * V, got.begin() + (r * T + t) * V);
+    }
+    EXPECT_TRUE(hlm::testing::close_rel(got, full, 1e-5, std::string("decode vs forward ") + pat));
+  }
+}

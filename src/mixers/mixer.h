@@ -34,9 +34,10 @@ class Mixer {
  public:
   virtual ~Mixer() = default;
   virtual char letter() const = 0;
-  void bind(const float* params, float* grads) {
+  void bind(const float* params, float* grads, i64 d_model) {
     params_ = params;
     grads_ = grads;
+    d_model_ = d_model;
   }
 
   // Initialises parameters registered with Init::Custom (e.g. Mamba-2's dt_bias, A_log).
@@ -53,9 +54,14 @@ class Mixer {
   // Forward FLOPs per token at context position `pos` averaged over a sequence of length T.
   virtual FlopCount flops_per_token(i64 T) const = 0;
 
-  // Decoding: one token x[B, D] -> y[B, D], updating state.
+  // Decoding: one token x[B, D] -> y[B, D], updating state. max_len bounds the context (full attention
+  // sizes its KV cache by it; SWA and recurrent mixers keep constant-size state whatever it is).
   virtual std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const = 0;
   virtual void step(const float* x, float* y, MixerState& state, i64 B) = 0;
+  // Prefill: x[B, T, D] -> y[B, T, D] continuing from `state` (which may already hold earlier tokens),
+  // leaving `state` exactly as T calls of step() would. The default calls step() per token; mixers
+  // override it with their training kernels (chunked scans, tiled attention) for speed.
+  virtual void prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena);
 
   // Probe hook: cap how far back this layer sees (0 = no cap). Softmax layers: a window; recurrent
   // layers: state reset every `span` tokens.
@@ -69,6 +75,7 @@ class Mixer {
   const float* params_ = nullptr;
   float* grads_ = nullptr;
   i64 max_span_ = 0;
+  i64 d_model_ = 0;
 };
 
 // Creates layer `layer`'s mixer and registers its parameters under model.layers.{layer}.

@@ -33,7 +33,7 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
   off_norm_ = reg_.info(reg_.add("model.norm.weight", {D}, Init::Ones, 0, 0, false)).offset;
   off_head_ = reg_.info(reg_.add("lm_head.weight", {V, D})).offset;
   store_.allocate(reg_.total_floats());
-  for (auto& m : mixers_) m->bind(store_.data.data(), store_.grad.data());
+  for (auto& m : mixers_) m->bind(store_.data.data(), store_.grad.data(), cfg.d_model);
   init(0);
 }
 
@@ -204,6 +204,58 @@ void Model::backward(float grad_scale) {
   }
   ops::embedding_backward(inputs_, dx, grads() + off_embed_, N, D, cfg_.vocab_size);
   arena_.release_to(mark);
+}
+
+DecodeState Model::new_decode_state(i64 B, i64 max_len) const {
+  DecodeState st;
+  st.B = B;
+  st.max_len = max_len;
+  for (auto& m : mixers_) st.layers.push_back(m->new_state(B, max_len));
+  return st;
+}
+
+void Model::decode_step(const int32_t* tokens, DecodeState& st, float* logits) {
+  prefill(tokens, st.B, 1, st, logits, nullptr);
+}
+
+void Model::prefill(const int32_t* tokens, i64 B, i64 T, DecodeState& st, float* last_logits, float* all_logits) {
+  HLM_CHECK(B == st.B, "prefill: batch {} but the decode state has {} rows", B, st.B);
+  HLM_CHECK(st.pos + T <= st.max_len, "prefill: context {} exceeds the decode state's max_len {}", st.pos + T,
+            st.max_len);
+  const i64 N = B * T, D = cfg_.d_model, F = cfg_.d_ff, V = cfg_.vocab_size;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  i64 mix = 0;
+  for (auto& m : mixers_) mix = std::max(mix, m->saved_floats(B, T) + m->scratch_floats(B, T));
+  const std::size_t need = static_cast<std::size_t>(4 * N * D + 3 * N * F + N + mix + 64 * 16) * sizeof(float);
+  if (infer_arena_.capacity() < need) infer_arena_.reserve(need);
+  infer_arena_.reset();
+  float* x = infer_arena_.floats(N * D, "prefill x");
+  float* n = infer_arena_.floats(N * D, "prefill norm");
+  float* y = infer_arena_.floats(N * D, "prefill mixer out");
+  float* rstd = infer_arena_.floats(N, "prefill rstd");
+  float* gu = infer_arena_.floats(N * 2 * F, "prefill gate|up");
+  float* a = infer_arena_.floats(N * F, "prefill act");
+  ops::embedding_forward(tokens, params() + off_embed_, x, N, D, V);
+  for (i64 l = 0; l < cfg_.n_layers; ++l) {
+    const LayerOffsets& o = lo_[l];
+    ops::rmsnorm_forward(x, params() + o.ln1, n, rstd, N, D, eps);
+    auto mark = infer_arena_.mark();
+    if (T == 1) mixers_[l]->step(n, y, *st.layers[l], B);
+    else mixers_[l]->prefill(n, y, B, T, *st.layers[l], infer_arena_);
+    infer_arena_.release_to(mark);
+    for (i64 i = 0; i < N * D; ++i) x[i] += y[i];
+    ops::rmsnorm_forward(x, params() + o.ln2, n, rstd, N, D, eps);
+    ops::linear_forward(n, params() + o.w_gate_up, gu, N, D, 2 * F);
+    ops::swiglu_forward(gu, a, N, F);
+    ops::linear_forward(a, params() + o.w_down, y, N, F, D);
+    for (i64 i = 0; i < N * D; ++i) x[i] += y[i];
+  }
+  ops::rmsnorm_forward(x, params() + off_norm_, n, rstd, N, D, eps);
+  if (all_logits) ops::linear_forward(n, params() + off_head_, all_logits, N, D, V);
+  if (last_logits)
+    for (i64 b = 0; b < B; ++b)
+      ops::linear_forward(n + (b * T + T - 1) * D, params() + off_head_, last_logits + b * V, 1, D, V);
+  st.pos += T;
 }
 
 ModelFlops Model::flops(i64 T) const {

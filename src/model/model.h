@@ -19,6 +19,17 @@ struct ModelFlops {
   std::vector<std::pair<std::string, double>> per_layer_type;  // forward FLOPs/token by kind
 };
 
+// Per-layer decoding state of a whole model (infer/ builds the generation loop on it).
+struct DecodeState {
+  std::vector<std::unique_ptr<MixerState>> layers;
+  i64 B = 0, pos = 0, max_len = 0;
+  i64 bytes() const {
+    i64 n = 0;
+    for (auto& l : layers) n += l->bytes();
+    return n;
+  }
+};
+
 class Model {
  public:
   explicit Model(const ModelConfig& cfg);
@@ -44,6 +55,16 @@ class Model {
   // Logits for every position [B*T, V] (evaluation/generation); uses the arena like forward.
   void forward_logits(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T, float* logits);
 
+  // Decoding. new_decode_state: B rows, contexts up to max_len tokens.
+  DecodeState new_decode_state(i64 B, i64 max_len) const;
+  // tokens[B] (one per row) -> logits[B, V]; advances every layer's state by one token.
+  void decode_step(const int32_t* tokens, DecodeState& st, float* logits);
+  // tokens[B, T] continuing from st; writes logits of each row's last token [B, V] (nullptr: skip) and,
+  // if all_logits != nullptr, of every position [B*T, V]. Bounded memory: callers prefill long prompts
+  // in pieces.
+  void prefill(const int32_t* tokens, i64 B, i64 T, DecodeState& st, float* last_logits,
+               float* all_logits = nullptr);
+
   // --check-numerics: after each op, stop at the first non-finite tensor and name it.
   void set_check_numerics(bool on) { check_numerics_ = on; }
   ModelFlops flops(i64 T) const;
@@ -64,7 +85,7 @@ class Model {
   std::vector<LayerOffsets> lo_;
   i64 off_embed_ = 0, off_norm_ = 0, off_head_ = 0;
 
-  Arena arena_;
+  Arena arena_, infer_arena_;
   i64 plan_B_ = 0, plan_T_ = 0;
   bool check_numerics_ = false;
   // Saved activations of the last forward.
