@@ -627,7 +627,9 @@ void gated_delta_recurrent_backward(const GatedDeltaArgs<F>& a, const std::type_
 
 template <typename F>
 void gated_delta_step(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* state, std::type_identity_t<F>* o) {
-  const Dims d = check_args(a, "gated_delta_step");
+  GatedDeltaArgs<F> one = a;
+  one.doc_start = nullptr;  // ignored: the caller resets the state at a document start
+  const Dims d = check_args(one, "gated_delta_step");
   HLM_CHECK(d.T == 1 && state && o, "gated_delta_step: needs T == 1, a state and o (B={} T={} H={} K={} V={})", d.B,
             d.T, d.H, d.K, d.V);
   const i64 KV = d.K * d.V;
