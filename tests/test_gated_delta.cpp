@@ -3,6 +3,7 @@
 // gradient) at awkward lengths, central finite differences of the recurrent backward, gates at their
 // extremes, packed documents == separate runs, decode steps == full forward.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <functional>
@@ -469,16 +470,22 @@ TEST(GatedDelta, StepDecodeMatchesFullForward) {
   check_step<float>(1e-6);
 }
 
-TEST(GatedDelta, SavedChunkStatesGiveBitwiseSameGradientsAndRunsAreDeterministic) {
+TEST(GatedDelta, SavedChunkStatesGiveBitwiseSameGradientsAndRunsAreDeterministicAcrossThreadCounts) {
   Problem p = make_problem(2, 100, 3, 32, 16, 32, 22);
   p.ds = make_doc_start(100, {{40, 60}, {100}});
   auto dO = rand_like(p.B * p.T * p.H * p.V, 23), dfin = rand_like(p.B * p.H * p.K * p.V, 24);
   Result a = run<float>(p, Mode::Chunked, dO, dfin), b = run<float>(p, Mode::ChunkedSaved, dO, dfin),
          c = run<float>(p, Mode::Chunked, dO, dfin);
+  // Each (b, h) is computed by one thread with the same code, so the thread count does not matter either.
+  const int nt = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Result d = run<float>(p, Mode::Chunked, dO, dfin);
+  omp_set_num_threads(nt);
   for (auto m :
        {&Result::o, &Result::fin, &Result::dq, &Result::dk, &Result::dv, &Result::dg, &Result::dbeta, &Result::dinit}) {
     EXPECT_EQ(a.*m, b.*m);
     EXPECT_EQ(a.*m, c.*m);
+    EXPECT_EQ(a.*m, d.*m);
   }
 }
 
