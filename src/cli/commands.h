@@ -18,6 +18,7 @@ std::vector<Command> all_commands(CLI::App& app);
 Command register_train(CLI::App& app);
 Command register_eval(CLI::App& app);
 Command register_bench(CLI::App& app);
+Command register_generate(CLI::App& app);
 Command register_tokenizer(CLI::App& app);
 
 }  // namespace hlm::cli

@@ -1,0 +1,65 @@
+// hybridlm generate: decode from a trained checkpoint with per-layer caches.
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "infer/generator.h"
+
+namespace hlm::cli {
+
+Command register_generate(CLI::App& app) {
+  auto* sub = app.add_subcommand("generate", "generate text from a checkpoint");
+  struct Opts {
+    std::string ckpt, prompt, tokenizer;
+    GenerateConfig g;
+    bool json = false;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("--ckpt", o->ckpt, "run folder or checkpoint folder")->required();
+  sub->add_option("--prompt", o->prompt, "prompt text")->required();
+  sub->add_option("--max-tokens", o->g.max_new_tokens, "tokens to generate")->capture_default_str();
+  sub->add_option("--temperature", o->g.sampler.temperature, "0 = greedy")->capture_default_str();
+  sub->add_option("--top-k", o->g.sampler.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
+  sub->add_option("--top-p", o->g.sampler.top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
+  sub->add_option("--seed", o->g.sampler.seed, "sampling seed")->capture_default_str();
+  sub->add_option("--prefill-chunk", o->g.prefill_chunk, "prompt tokens per prefill piece")->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer, "tokenizer spec (default: the run's)");
+  sub->add_flag("--json", o->json, "print a JSON result on stdout");
+  add_threads_flag(sub, &o->threads);
+  return {sub, [o]() -> int {
+            apply_threads(o->threads);
+            LoadedModel lm = load_model(o->ckpt);
+            std::string spec = o->tokenizer.empty() ? lm.run.value("tokenizer", std::string()) : o->tokenizer;
+            if (spec.empty()) fail("{}: no tokenizer recorded in run.json; pass --tokenizer", lm.ckpt_dir);
+            auto tok = data::load_tokenizer(spec);
+            std::vector<int32_t> prompt = tok->encode(o->prompt);
+            GenerateConfig g = o->g;
+            g.stop_token = tok->eos_id();
+            GenerateStats stats;
+            auto out = generate(*lm.model, prompt, g, &stats, [&](int32_t t) {
+              if (!o->json) {
+                std::fputs(tok->decode({t}).c_str(), stdout);
+                std::fflush(stdout);
+              }
+            });
+            if (o->json) {
+              print_json({{"text", tok->decode(out)}, {"tokens", out}, {"prompt_tokens", stats.prompt_tokens},
+                          {"new_tokens", stats.new_tokens}, {"prefill_s", stats.prefill_s},
+                          {"prefill_tokens_per_s", stats.prompt_tokens / std::max(1e-9, stats.prefill_s)},
+                          {"decode_s", stats.decode_s},
+                          {"decode_tokens_per_s", stats.new_tokens / std::max(1e-9, stats.decode_s)},
+                          {"state_mb", stats.state_bytes / 1048576.0}, {"peak_rss_mb", peak_rss_mb()}});
+            } else {
+              std::fputc('\n', stdout);
+              fmt::print(stderr, "prefill {} tokens in {:.2f}s, decoded {} in {:.2f}s ({:.1f} tok/s), state {:.1f} MB\n",
+                         stats.prompt_tokens, stats.prefill_s, stats.new_tokens, stats.decode_s,
+                         stats.new_tokens / std::max(1e-9, stats.decode_s), stats.state_bytes / 1048576.0);
+            }
+            return 0;
+          }};
+}
+
+}  // namespace hlm::cli

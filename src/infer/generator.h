@@ -1,0 +1,31 @@
+#pragma once
+// The decode loop: prefill a prompt (in pieces of `prefill_chunk` tokens, so memory stays bounded for
+// long prompts), then sample one token at a time with each layer's cache (full KV, SWA ring buffer,
+// recurrent state).
+#include <functional>
+#include <vector>
+
+#include "infer/sampler.h"
+#include "model/model.h"
+
+namespace hlm {
+
+struct GenerateConfig {
+  i64 max_new_tokens = 64;
+  i64 prefill_chunk = 2048;
+  int32_t stop_token = -1;  // stop after emitting this token (e.g. <eos>); -1 = none
+  SamplerConfig sampler;
+};
+
+struct GenerateStats {
+  i64 prompt_tokens = 0, new_tokens = 0;
+  double prefill_s = 0, decode_s = 0;
+  i64 state_bytes = 0;  // decode state size at the end
+};
+
+// Generates for one prompt (B = 1). on_token is called for each new token (streaming); may be empty.
+std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, const GenerateConfig& cfg,
+                              GenerateStats* stats = nullptr,
+                              const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace hlm

@@ -1,0 +1,159 @@
+// End-to-end CLI behaviour: bad input gets a one-line error naming the file/field and a non-zero exit;
+// NaN stops training keeping the last good checkpoint; --check-numerics names the tensor; Ctrl-C saves.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+const fs::path& tmp_root() {
+  static fs::path p = [] {
+    fs::path d = fs::temp_directory_path() / ("hlm_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(d / "corpus");
+    for (int i = 0; i < 6; ++i) {
+      std::ofstream f(d / "corpus" / ("doc" + std::to_string(i) + ".txt"));
+      for (int j = 0; j < 200; ++j) f << "Document " << i << " line " << j << ": the quick brown fox jumps.\n";
+    }
+    fs::create_directories(d / "empty");
+    ::setenv("HLM_DATA_CACHE", (d / "cache").c_str(), 1);
+    return d;
+  }();
+  return p;
+}
+
+Result run(const std::string& args) {
+  const fs::path d = tmp_root();
+  const std::string out = (d / "stdout.txt").string(), err = (d / "stderr.txt").string();
+  std::string cmd = std::string(HLM_BINARY) + " " + args + " >" + out + " 2>" + err;
+  int st = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string tiny_model() {
+  return "--preset swa128-nope --set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=2 "
+         "--set head_dim=16 --set d_ff=64 --set max_seq_len=64 --set window=8 --threads 1 ";
+}
+std::string corpus() { return "--data " + (tmp_root() / "corpus").string() + " --tokenizer byte "; }
+
+void expect_error(const Result& r, const std::string& needle) {
+  EXPECT_NE(r.code, 0) << "stdout: " << r.out;
+  EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+}
+
+}  // namespace
+
+TEST(Cli, BadConfigsAndPresetsAreOneLineErrors) {
+  expect_error(run("train --preset nope " + corpus() + "--steps 1"), "unknown preset 'nope'");
+  expect_error(run("train " + tiny_model() + "--set pattern=SQF " + corpus()), "unknown layer letter 'Q'");
+  expect_error(run("train " + tiny_model() + "--set d_modle=3 " + corpus()), "unknown config key 'd_modle'");
+  const fs::path bad = tmp_root() / "bad.json";
+  std::ofstream(bad) << "{\"d_model\": 64,,}";
+  expect_error(run("train --config " + bad.string() + " " + corpus()), bad.string());
+  const fs::path unk = tmp_root() / "unknown_key.json";
+  std::ofstream(unk) << "{\"d_model\": 64, \"n_layerz\": 2}";
+  expect_error(run("train --config " + unk.string() + " " + corpus()), "n_layerz");
+}
+
+TEST(Cli, MissingOrEmptyDataAndTooLongSequencesAreErrors) {
+  expect_error(run("train " + tiny_model() + "--data /nonexistent/corpus --tokenizer byte --steps 1"),
+               "/nonexistent/corpus");
+  expect_error(run("train " + tiny_model() + "--data " + (tmp_root() / "empty").string() + " --tokenizer byte --steps 1"),
+               "no documents found");
+  expect_error(run("train " + tiny_model() + corpus() + "--steps 1 --seq-len 128"), "max_seq_len");
+}
+
+TEST(Cli, TrainEvalAndCorruptCheckpoints) {
+  const fs::path out = tmp_root() / "run_ok";
+  Result r = run("train " + tiny_model() + corpus() + "--steps 4 --seq-len 32 --batch 2 --eval-batches 2 --json --out " +
+                 out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* key : {"\"steps\":4", "\"first_val_loss\"", "\"final_val_loss\"", "\"train_tokens_per_s\"",
+                          "\"checkpoint\"", "\"tokens\""})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " missing in " << r.out;
+  EXPECT_TRUE(fs::exists(out / "config.json"));
+  EXPECT_TRUE(fs::exists(out / "metrics.jsonl"));
+  const fs::path ck = out / "checkpoints" / "step_00000004";
+  EXPECT_TRUE(fs::exists(ck / "model.safetensors"));
+  Result e = run("eval ppl --ckpt " + out.string() + " --json --threads 1");
+  ASSERT_EQ(e.code, 0) << e.err;
+  for (const char* key : {"\"loss\"", "\"ppl\"", "\"tokens\""}) EXPECT_NE(e.out.find(key), std::string::npos) << e.out;
+
+  // Truncated checkpoint.
+  fs::copy(out, tmp_root() / "run_trunc", fs::copy_options::recursive);
+  const fs::path tm = tmp_root() / "run_trunc" / "checkpoints" / "step_00000004" / "model.safetensors";
+  fs::resize_file(tm, fs::file_size(tm) - 100);
+  expect_error(run("eval ppl --ckpt " + (tmp_root() / "run_trunc").string()), "model.safetensors");
+  // A header that lies about the data size: bump the first shape dimension of some tensor.
+  fs::copy(out, tmp_root() / "run_lie", fs::copy_options::recursive);
+  const fs::path lm = tmp_root() / "run_lie" / "checkpoints" / "step_00000004" / "model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream f(lm, std::ios::binary);
+    bytes.assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  const auto pos = bytes.find("\"shape\":[32]");
+  ASSERT_NE(pos, std::string::npos);
+  bytes.replace(pos, 12, "\"shape\":[99]");
+  std::ofstream(lm, std::ios::binary) << bytes;
+  expect_error(run("eval ppl --ckpt " + (tmp_root() / "run_lie").string()), "model.safetensors");
+}
+
+TEST(Cli, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
+  const fs::path out = tmp_root() / "run_nan";
+  Result r = run("train " + tiny_model() + corpus() +
+                 "--steps 50 --seq-len 32 --batch 2 --eval-batches 1 --lr 1e30 --warmup 1 --grad-clip 0 "
+                 "--schedule constant --ckpt-every 1 --keep-checkpoints 0 --out " + out.string());
+  expect_error(r, "non-finite");
+  EXPECT_NE(r.err.find("at step"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(out / "latest")) << r.err;
+  Result c = run("train " + tiny_model() + corpus() +
+                 "--steps 50 --seq-len 32 --batch 2 --eval-batches 1 --lr 1e30 --warmup 1 --grad-clip 0 "
+                 "--schedule constant --check-numerics");
+  expect_error(c, "check-numerics: non-finite");
+  EXPECT_TRUE(c.err.find("layer") != std::string::npos || c.err.find("loss") != std::string::npos) << c.err;
+}
+
+TEST(Cli, CtrlCSavesACheckpointAndExits) {
+  const fs::path out = tmp_root() / "run_sigint";
+  const std::string cmd = std::string(HLM_BINARY) + " train " + tiny_model() + corpus() +
+                          "--steps 100000 --seq-len 32 --batch 2 --eval-batches 1 --eval-every 0 --quiet --out " +
+                          out.string();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " 2>/dev/null").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until training has started (run.json is written just before the loop), then interrupt.
+  for (int i = 0; i < 300 && !fs::exists(out / "run.json"); ++i) usleep(50000);
+  usleep(500000);
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  EXPECT_TRUE(fs::exists(out / "latest"));
+}
