@@ -12,7 +12,8 @@
 // t's document; the state is reset to zero at every document start t > 0. initial_state feeds the first
 // document of each row; final_state is the state after the last token of the row.
 // Parallel over (b, h) with static partitioning; results are deterministic for a given thread count.
-// Instantiated for float (engine) and double (test oracles). States and cumulative log-decays stay in F.
+// Instantiated for float (engine) and double (test oracles). States stay in F; the in-chunk cumulative
+// log-decay is summed in double (see docs).
 // F is taken from the argument struct only (pointer parameters are non-deduced), so nullptr can be passed.
 #include <cstdint>
 #include <type_traits>
@@ -33,7 +34,7 @@ struct GatedDeltaArgs {
   i64 k_stride = 0;
   const F* v = nullptr;  // [B, T, H, V] with v_stride
   i64 v_stride = 0;
-  const F* g = nullptr;                // [B, T, H] log-decay, <= 0
+  const F* g = nullptr;                // [B, T, H] log-decay, finite and <= 0 (-inf gives NaN)
   const F* beta = nullptr;             // [B, T, H]
   const F* initial_state = nullptr;    // [B, H, K, V]; nullptr = zeros
   const int32_t* doc_start = nullptr;  // [B*T] or nullptr (one document per row)
