@@ -7,7 +7,8 @@ namespace hlm::ops {
 
 // out[N,D] = table[tokens[n], :]. Throws hlm::Error on a token id outside [0, V).
 void embedding_forward(const int32_t* tokens, const float* table, float* out, i64 N, i64 D, i64 V);
-// dtable[V,D] += scatter of dout[N,D] (deterministic: rows are summed in token order).
+// dtable[V,D] += scatter of dout[N,D] (deterministic: each row is summed in token order, no atomics, so the
+// result is bit-identical for any thread count).
 void embedding_backward(const int32_t* tokens, const float* dout, float* dtable, i64 N, i64 D, i64 V);
 
 }  // namespace hlm::ops
