@@ -1,0 +1,724 @@
+#include "ops/scalar_decay_scan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/fast_exp.h"
+#include "ops/matmul.h"
+
+namespace hlm::ops {
+namespace {
+
+// exp over an array: the vectorised fast_exp for float (masked entries are -inf and give exactly 0),
+// std::exp for double.
+inline void exp_inplace(float* x, i64 n) {
+#pragma omp simd
+  for (i64 i = 0; i < n; ++i) x[i] = fast_exp(x[i]);
+}
+inline void exp_inplace(double* x, i64 n) {
+  for (i64 i = 0; i < n; ++i) x[i] = std::exp(x[i]);
+}
+
+// Tasks per thread so that each thread gets at least ~32K multiply-adds: tiny problems (decode steps, tests)
+// stay on one thread instead of paying for a parallel region.
+inline i64 min_tasks(i64 work_per_task) { return std::max<i64>(1, (i64{1} << 15) / std::max<i64>(1, work_per_task)); }
+
+// ---- small dense helpers, one per float type ----------------------------------------------------------
+
+// Row-major C[M,N] = alpha op(A) op(B) + beta C. float: oneDNN sgemm (single-threaded inside our parallel
+// regions); double: plain loops (tests only).
+inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B, i64 ldb,
+                 float beta, float* C, i64 ldc) {
+  matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, double alpha, const double* A, i64 lda, const double* B,
+                 i64 ldb, double beta, double* C, i64 ldc) {
+  for (i64 i = 0; i < M; ++i) {
+    double* c = C + i * ldc;
+    for (i64 j = 0; j < N; ++j) c[j] = beta == 0 ? 0.0 : beta * c[j];
+    for (i64 p = 0; p < K; ++p) {
+      const double av = alpha * (ta ? A[p * lda + i] : A[i * lda + p]);
+      if (tb)
+        for (i64 j = 0; j < N; ++j) c[j] += av * B[j * ldb + p];
+      else
+        for (i64 j = 0; j < N; ++j) c[j] += av * B[p * ldb + j];
+    }
+  }
+}
+
+template <typename Real>
+inline Real dot(const Real* a, const Real* b, i64 n) {
+  Real s = 0;
+  for (i64 i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// ---- resolved arguments -------------------------------------------------------------------------------
+
+template <typename Real>
+struct Geo {
+  i64 B, T, H, Hk, K, V, C, NC, G;  // G = heads per q/k head
+  i64 qr, qh, kr, kh, vr, vh;
+  Real scale;
+  const Real *q, *k, *v, *g, *init;
+  const int32_t* ds;
+
+  i64 KV() const { return K * V; }
+  const Real* qp(i64 b, i64 t, i64 hk) const { return q + (b * T + t) * qr + hk * qh; }
+  const Real* kp(i64 b, i64 t, i64 hk) const { return k + (b * T + t) * kr + hk * kh; }
+  const Real* vp(i64 b, i64 t, i64 h) const { return v + (b * T + t) * vr + h * vh; }
+  Real gv(i64 b, i64 t, i64 h) const { return g[(b * T + t) * H + h]; }
+  i64 orow(i64 b, i64 t, i64 h) const { return ((b * T + t) * H + h) * V; }  // o / dout offset
+  // Token t > 0 starts a new document (t = 0 never resets: the initial state feeds the row's first doc).
+  bool reset(i64 b, i64 t) const { return ds != nullptr && t > 0 && ds[b * T + t] == t; }
+};
+
+template <typename Real>
+std::string shape_str(const ScalarDecayArgsT<Real>& a) {
+  return fmt::format("B={} T={} H={} Hk={} K={} V={} chunk={}", a.B, a.T, a.H, a.Hk, a.K, a.V, a.chunk);
+}
+
+template <typename Real>
+Geo<Real> resolve(const ScalarDecayArgsT<Real>& a, const char* op) {
+  HLM_CHECK(a.B >= 1 && a.T >= 1 && a.H >= 1 && a.Hk >= 1 && a.K >= 1 && a.V >= 1 && a.chunk >= 1,
+            "{}: sizes must be positive ({})", op, shape_str(a));
+  HLM_CHECK(a.H % a.Hk == 0, "{}: H must be a multiple of Hk ({})", op, shape_str(a));
+  HLM_CHECK(a.q && a.k && a.v && a.g, "{}: q, k, v and g are required ({})", op, shape_str(a));
+  Geo<Real> G{};
+  G.B = a.B, G.T = a.T, G.H = a.H, G.Hk = a.Hk, G.K = a.K, G.V = a.V, G.C = a.chunk;
+  G.NC = (a.T + a.chunk - 1) / a.chunk;
+  G.G = a.H / a.Hk;
+  G.qh = a.q_head ? a.q_head : a.K;
+  G.kh = a.k_head ? a.k_head : a.K;
+  G.vh = a.v_head ? a.v_head : a.V;
+  G.qr = a.q_row ? a.q_row : a.Hk * a.K;
+  G.kr = a.k_row ? a.k_row : a.Hk * a.K;
+  G.vr = a.v_row ? a.v_row : a.H * a.V;
+  auto ok = [](i64 row, i64 head, i64 nh, i64 d) { return head >= d && row >= (nh - 1) * head + d; };
+  HLM_CHECK(ok(G.qr, G.qh, a.Hk, a.K) && ok(G.kr, G.kh, a.Hk, a.K) && ok(G.vr, G.vh, a.H, a.V),
+            "{}: strides too small (q_row={} q_head={} k_row={} k_head={} v_row={} v_head={}; {})", op, G.qr, G.qh,
+            G.kr, G.kh, G.vr, G.vh, shape_str(a));
+  G.scale = a.scale;
+  G.q = a.q, G.k = a.k, G.v = a.v, G.g = a.g, G.init = a.initial_state, G.ds = a.doc_start;
+  if (G.ds) {
+    for (i64 b = 0; b < a.B; ++b)
+      for (i64 t = 0; t < a.T; ++t) {
+        const i64 d = G.ds[b * a.T + t];
+        const bool valid = t == 0 ? d == 0 : (d == t || d == G.ds[b * a.T + t - 1]);
+        HLM_CHECK(valid, "{}: doc_start[{}] = {} is not a document start for token {} of row {} ({})", op, b * a.T + t,
+                  d, t, b, shape_str(a));
+      }
+  }
+  return G;
+}
+
+// ---- per-chunk decay factors --------------------------------------------------------------------------
+// For chunk c of (b, h), tokens t0 .. t0+n-1, in-chunk index i:
+//   gam_i = sum_{m<=i} g_{t0+m}   (double: differences of long sums stay exact)
+//   e_i   = exp(gam_i)            for tokens still in the document the carried state belongs to, else 0
+//   f_j   = exp(gam_{n-1}-gam_j)  for tokens in the chunk's last document, else 0
+//   eC    = exp(gam_{n-1})        if no document starts inside the chunk, else 0
+//   Gamma_ij = exp(gam_i - gam_j) for seg_i <= j <= i (same document), else 0 (masked before exp)
+template <typename Real>
+struct ChunkDecay {
+  i64 t0 = 0, n = 0, first_reset = 0, last_start = 0;
+  Real eC = 0;
+  std::vector<double> gam;
+  std::vector<Real> e, f;
+  std::vector<i64> seg;
+
+  explicit ChunkDecay(i64 C) : gam(C), e(C), f(C), seg(C) {}
+
+  void compute(const Geo<Real>& G, i64 b, i64 h, i64 c) {
+    t0 = c * G.C;
+    n = std::min(G.C, G.T - t0);
+    first_reset = n;
+    last_start = 0;
+    double s = 0;
+    for (i64 i = 0; i < n; ++i) {
+      if (G.reset(b, t0 + i)) {
+        if (first_reset == n) first_reset = i;
+        last_start = i;
+      }
+      s += G.gv(b, t0 + i, h);
+      gam[i] = s;
+      seg[i] = last_start;
+    }
+    constexpr Real ninf = -std::numeric_limits<Real>::infinity();
+    for (i64 i = 0; i < n; ++i) e[i] = i < first_reset ? static_cast<Real>(gam[i]) : ninf;
+    for (i64 j = 0; j < n; ++j) f[j] = j >= last_start ? static_cast<Real>(gam[n - 1] - gam[j]) : ninf;
+    exp_inplace(e.data(), n);
+    exp_inplace(f.data(), n);
+    eC = first_reset == n ? static_cast<Real>(std::exp(gam[n - 1])) : Real(0);
+  }
+
+  // Gm[n, n] = Gamma (zeros outside the causal, same-document band).
+  void gamma(Real* Gm) const {
+    for (i64 i = 0; i < n; ++i) {
+      Real* row = Gm + i * n;
+      const i64 s = seg[i];
+      for (i64 j = 0; j < s; ++j) row[j] = 0;
+      for (i64 j = s; j <= i; ++j) row[j] = static_cast<Real>(gam[i] - gam[j]);
+      exp_inplace(row + s, i - s + 1);
+      for (i64 j = i + 1; j < n; ++j) row[j] = 0;
+    }
+  }
+};
+
+// eC of every (b, h, c): [B*H*NC]. Same arithmetic as ChunkDecay::compute.
+template <typename Real>
+std::vector<Real> chunk_decays(const Geo<Real>& G) {
+  std::vector<Real> out(G.B * G.H * G.NC);
+  parallel_for(
+      G.B * G.H * G.NC,
+      [&](i64 lo, i64 hi) {
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 bh = task / G.NC, c = task % G.NC, b = bh / G.H, h = bh % G.H;
+          const i64 t0 = c * G.C, n = std::min(G.C, G.T - t0);
+          bool any_reset = false;
+          double s = 0;
+          for (i64 i = 0; i < n; ++i) {
+            any_reset = any_reset || G.reset(b, t0 + i);
+            s += G.gv(b, t0 + i, h);
+          }
+          out[task] = any_reset ? Real(0) : static_cast<Real>(std::exp(s));
+        }
+      },
+      min_tasks(G.C));
+  return out;
+}
+
+constexpr i64 kScanBlock = 1024;  // state elements per task in the chunk scans
+
+// states[B, H, NC, K, V] = state entering each chunk; final_state (optional) = state after the last chunk.
+template <typename Real>
+void compute_chunk_states(const Geo<Real>& G, const std::vector<Real>& eC, Real* states, Real* final_state) {
+  const i64 KV = G.KV(), NC = G.NC, BH = G.B * G.H;
+  // 1. Each chunk's own contribution (diag(f) K)^T V, written where the scan will add the carried state:
+  //    slot c+1 for chunk c, the final state for the last chunk.
+  parallel_for(
+      BH * NC,
+      [&](i64 lo, i64 hi) {
+        ChunkDecay<Real> cd(G.C);
+        std::vector<Real> kf(G.C * G.K);
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
+          Real* dst = c + 1 < NC ? states + (bh * NC + c + 1) * KV : final_state ? final_state + bh * KV : nullptr;
+          if (!dst) continue;
+          cd.compute(G, b, h, c);
+          const i64 ls = cd.last_start, nn = cd.n - ls;
+          for (i64 j = 0; j < nn; ++j) {
+            const Real* kr = G.kp(b, cd.t0 + ls + j, hk);
+            const Real fj = cd.f[ls + j];
+            for (i64 i = 0; i < G.K; ++i) kf[j * G.K + i] = fj * kr[i];
+          }
+          gemm(true, false, G.K, G.V, nn, Real(1), kf.data(), G.K, G.vp(b, cd.t0 + ls, h), G.vr, Real(0), dst, G.V);
+        }
+      },
+      min_tasks(G.C * G.KV()));
+  // 2. Sequential scan over chunks: S_{c+1} = eC_c S_c + (own contribution of chunk c).
+  const i64 nblk = (KV + kScanBlock - 1) / kScanBlock;
+  parallel_for(
+      BH * nblk,
+      [&](i64 lo, i64 hi) {
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 bh = task / nblk, r0 = (task % nblk) * kScanBlock, r1 = std::min(KV, r0 + kScanBlock);
+          Real* S = states + bh * NC * KV;
+          if (G.init)
+            std::copy(G.init + bh * KV + r0, G.init + bh * KV + r1, S + r0);
+          else
+            std::fill(S + r0, S + r1, Real(0));
+          for (i64 c = 0; c + 1 < NC; ++c) {
+            const Real ec = eC[bh * NC + c];
+            const Real* cur = S + c * KV;
+            Real* nxt = S + (c + 1) * KV;
+            if (ec != 0)
+              for (i64 r = r0; r < r1; ++r) nxt[r] += ec * cur[r];
+          }
+          if (final_state) {
+            const Real ec = eC[bh * NC + NC - 1];
+            const Real* cur = S + (NC - 1) * KV;
+            Real* fin = final_state + bh * KV;
+            if (ec != 0)
+              for (i64 r = r0; r < r1; ++r) fin[r] += ec * cur[r];
+          }
+        }
+      },
+      min_tasks(NC * std::min(KV, kScanBlock)));
+}
+
+// Per-thread scratch of the chunk kernels.
+template <typename Real>
+struct Scratch {
+  std::vector<Real> A, Gm, dP, dPG, rows, tmp, dQ, dK, colsum;
+  std::vector<double> dgam;
+  Scratch(i64 C, i64 K, i64 V)
+      : A(C * C),
+        Gm(C * C),
+        dP(C * C),
+        dPG(C * C),
+        rows(C * K),
+        tmp(C * std::max(K, V)),
+        dQ(C * K),
+        dK(C * K),
+        colsum(C),
+        dgam(C) {}
+};
+
+// ---- recurrent pieces -----------------------------------------------------------------------------------
+
+// S <- (reset ? 0 : exp(g) S) + k v^T for token t of (b, h).
+template <typename Real>
+inline void advance(const Geo<Real>& G, i64 b, i64 t, i64 h, Real* S) {
+  const i64 KV = G.KV();
+  if (G.reset(b, t)) {
+    std::fill(S, S + KV, Real(0));
+  } else {
+    const Real a = std::exp(G.gv(b, t, h));
+    for (i64 r = 0; r < KV; ++r) S[r] *= a;
+  }
+  const Real* kt = G.kp(b, t, h / G.G);
+  const Real* vt = G.vp(b, t, h);
+  for (i64 i = 0; i < G.K; ++i) {
+    const Real ki = kt[i];
+    Real* row = S + i * G.V;
+    for (i64 j = 0; j < G.V; ++j) row[j] += ki * vt[j];
+  }
+}
+
+// o_t = scale S^T q_t
+template <typename Real>
+inline void emit(const Geo<Real>& G, i64 b, i64 t, i64 h, const Real* S, Real* o) {
+  const Real* qt = G.qp(b, t, h / G.G);
+  for (i64 j = 0; j < G.V; ++j) o[j] = 0;
+  for (i64 i = 0; i < G.K; ++i) {
+    const Real qi = G.scale * qt[i];
+    const Real* row = S + i * G.V;
+    for (i64 j = 0; j < G.V; ++j) o[j] += qi * row[j];
+  }
+}
+
+}  // namespace
+
+template <typename Real>
+i64 scalar_decay_num_chunks(const ScalarDecayArgsT<Real>& a) {
+  HLM_CHECK(a.T >= 1 && a.chunk >= 1, "scalar_decay_num_chunks: bad T or chunk ({})", shape_str(a));
+  return (a.T + a.chunk - 1) / a.chunk;
+}
+
+template <typename Real>
+i64 scalar_decay_chunk_states_size(const ScalarDecayArgsT<Real>& a) {
+  return a.B * a.H * scalar_decay_num_chunks(a) * a.K * a.V;
+}
+
+template <typename Real>
+i64 scalar_decay_backward_workspace_size(const ScalarDecayArgsT<Real>& a) {
+  // dS per chunk, plus room to recompute the chunk states when the forward did not save them.
+  return 2 * scalar_decay_chunk_states_size(a);
+}
+
+// ---- recurrent ------------------------------------------------------------------------------------------
+
+template <typename Real>
+void scalar_decay_recurrent_forward(const ScalarDecayArgsT<Real>& a, SdOut<Real> o, SdOut<Real> final_state) {
+  const auto G = resolve(a, "scalar_decay_recurrent_forward");
+  HLM_CHECK(o != nullptr, "scalar_decay_recurrent_forward: o is required ({})", shape_str(a));
+  const i64 KV = G.KV();
+  parallel_for(
+      G.B * G.H,
+      [&](i64 lo, i64 hi) {
+        std::vector<Real> S(KV);
+        for (i64 bh = lo; bh < hi; ++bh) {
+          const i64 b = bh / G.H, h = bh % G.H;
+          if (G.init)
+            std::copy(G.init + bh * KV, G.init + (bh + 1) * KV, S.begin());
+          else
+            std::fill(S.begin(), S.end(), Real(0));
+          for (i64 t = 0; t < G.T; ++t) {
+            advance(G, b, t, h, S.data());
+            emit(G, b, t, h, S.data(), o + G.orow(b, t, h));
+          }
+          if (final_state) std::copy(S.begin(), S.end(), final_state + bh * KV);
+        }
+      },
+      min_tasks(G.T * G.KV() * 3));
+}
+
+template <typename Real>
+void scalar_decay_recurrent_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> dout, SdIn<Real> d_final_state,
+                                     SdOut<Real> dq, SdOut<Real> dk, SdOut<Real> dv, SdOut<Real> dg,
+                                     SdOut<Real> d_initial_state) {
+  const auto G = resolve(a, "scalar_decay_recurrent_backward");
+  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_recurrent_backward: dout, dq, dk, dv, dg are required ({})",
+            shape_str(a));
+  const i64 KV = G.KV(), L = 64, nseg = (G.T + L - 1) / L;
+  // One task per (b, q/k head): the heads sharing q/k add into dq/dk in a fixed order.
+  parallel_for(
+      G.B * G.Hk,
+      [&](i64 lo, i64 hi) {
+        std::vector<Real> ck(nseg * KV), buf(L * KV), dS(KV), S(KV);
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 b = task / G.Hk, hk = task % G.Hk;
+          for (i64 t = 0; t < G.T; ++t) {
+            std::fill(dq + (b * G.T + t) * G.qr + hk * G.qh, dq + (b * G.T + t) * G.qr + hk * G.qh + G.K, Real(0));
+            std::fill(dk + (b * G.T + t) * G.kr + hk * G.kh, dk + (b * G.T + t) * G.kr + hk * G.kh + G.K, Real(0));
+          }
+          for (i64 h = hk * G.G; h < (hk + 1) * G.G; ++h) {
+            const i64 bh = b * G.H + h;
+            // Segment-boundary states, then each segment's states recomputed on the way back.
+            if (G.init)
+              std::copy(G.init + bh * KV, G.init + (bh + 1) * KV, S.begin());
+            else
+              std::fill(S.begin(), S.end(), Real(0));
+            for (i64 s = 0; s < nseg; ++s) {
+              std::copy(S.begin(), S.end(), ck.begin() + s * KV);
+              for (i64 t = s * L; t < std::min(G.T, (s + 1) * L); ++t) advance(G, b, t, h, S.data());
+            }
+            if (d_final_state)
+              std::copy(d_final_state + bh * KV, d_final_state + (bh + 1) * KV, dS.begin());
+            else
+              std::fill(dS.begin(), dS.end(), Real(0));
+            for (i64 s = nseg - 1; s >= 0; --s) {
+              const i64 t0 = s * L, n = std::min(L, G.T - t0);
+              std::copy(ck.begin() + s * KV, ck.begin() + (s + 1) * KV, S.begin());
+              for (i64 i = 0; i < n; ++i) {
+                advance(G, b, t0 + i, h, S.data());
+                std::copy(S.begin(), S.end(), buf.begin() + i * KV);
+              }
+              for (i64 i = n - 1; i >= 0; --i) {
+                const i64 t = t0 + i;
+                const Real* St = buf.data() + i * KV;
+                const Real* Sp = i > 0 ? buf.data() + (i - 1) * KV : ck.data() + s * KV;
+                const Real* qt = G.qp(b, t, hk);
+                const Real* kt = G.kp(b, t, hk);
+                const Real* vt = G.vp(b, t, h);
+                const Real* dot_ = dout + G.orow(b, t, h);
+                Real* dqt = dq + (b * G.T + t) * G.qr + hk * G.qh;
+                Real* dkt = dk + (b * G.T + t) * G.kr + hk * G.kh;
+                Real* dvt = dv + (b * G.T + t) * G.vr + h * G.vh;
+                for (i64 i2 = 0; i2 < G.K; ++i2) {
+                  Real* row = dS.data() + i2 * G.V;
+                  const Real qi = G.scale * qt[i2];
+                  for (i64 j = 0; j < G.V; ++j) row[j] += qi * dot_[j];
+                  dqt[i2] += G.scale * dot(St + i2 * G.V, dot_, G.V);
+                  dkt[i2] += dot(row, vt, G.V);
+                }
+                for (i64 j = 0; j < G.V; ++j) dvt[j] = 0;
+                for (i64 i2 = 0; i2 < G.K; ++i2) {
+                  const Real ki = kt[i2];
+                  const Real* row = dS.data() + i2 * G.V;
+                  for (i64 j = 0; j < G.V; ++j) dvt[j] += ki * row[j];
+                }
+                Real& dgt = dg[(b * G.T + t) * G.H + h];
+                if (G.reset(b, t)) {
+                  dgt = 0;
+                  std::fill(dS.begin(), dS.end(), Real(0));
+                } else {
+                  const Real at = std::exp(G.gv(b, t, h));
+                  dgt = at * dot(dS.data(), Sp, KV);
+                  for (i64 r = 0; r < KV; ++r) dS[r] *= at;
+                }
+              }
+            }
+            if (d_initial_state) std::copy(dS.begin(), dS.end(), d_initial_state + bh * KV);
+          }
+        }
+      },
+      min_tasks(G.G * G.T * G.KV() * 8));
+}
+
+template <typename Real>
+void scalar_decay_step(const ScalarDecayArgsT<Real>& a, SdOut<Real> state, SdOut<Real> o) {
+  const auto G = resolve(a, "scalar_decay_step");
+  HLM_CHECK(a.T == 1 && !a.initial_state && !a.doc_start && state && o,
+            "scalar_decay_step: needs T == 1, state and o, and no initial_state / doc_start ({})", shape_str(a));
+  parallel_for(
+      G.B * G.H,
+      [&](i64 lo, i64 hi) {
+        for (i64 bh = lo; bh < hi; ++bh) {
+          const i64 b = bh / G.H, h = bh % G.H;
+          Real* S = state + bh * G.KV();
+          advance(G, b, 0, h, S);
+          emit(G, b, 0, h, S, o + G.orow(b, 0, h));
+        }
+      },
+      min_tasks(G.KV() * 3));
+}
+
+// ---- chunked --------------------------------------------------------------------------------------------
+
+template <typename Real>
+void scalar_decay_chunked_forward(const ScalarDecayArgsT<Real>& a, SdOut<Real> o, SdOut<Real> final_state,
+                                  SdOut<Real> chunk_states) {
+  const auto G = resolve(a, "scalar_decay_chunked_forward");
+  HLM_CHECK(o != nullptr, "scalar_decay_chunked_forward: o is required ({})", shape_str(a));
+  const i64 KV = G.KV(), NC = G.NC, ldo = G.H * G.V;
+  std::vector<Real> own;
+  if (!chunk_states) {
+    own.resize(G.B * G.H * NC * KV);
+    chunk_states = own.data();
+  }
+  const auto eC = chunk_decays(G);
+  compute_chunk_states(G, eC, chunk_states, final_state);
+
+  // Outputs, one task per (b, q/k head, chunk): Q K^T is shared by the G heads reading that q/k head.
+  parallel_for(
+      G.B * G.Hk * NC,
+      [&](i64 lo, i64 hi) {
+        ChunkDecay<Real> cd(G.C);
+        Scratch<Real> sc(G.C, G.K, G.V);
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 bhk = task / NC, c = task % NC, b = bhk / G.Hk, hk = bhk % G.Hk;
+          const i64 t0 = c * G.C, n = std::min(G.C, G.T - t0);
+          const Real* Qp = G.qp(b, t0, hk);
+          // A[n, n] = scale Q K^T
+          gemm(false, true, n, n, G.K, G.scale, Qp, G.qr, G.kp(b, t0, hk), G.kr, Real(0), sc.A.data(), n);
+          for (i64 h = hk * G.G; h < (hk + 1) * G.G; ++h) {
+            cd.compute(G, b, h, c);
+            cd.gamma(sc.Gm.data());
+            Real* P = sc.Gm.data();
+            for (i64 r = 0; r < n * n; ++r) P[r] *= sc.A[r];
+            Real* Op = o + G.orow(b, t0, h);
+            // intra-chunk: O = (A .* Gamma) V
+            gemm(false, false, n, G.V, n, Real(1), P, n, G.vp(b, t0, h), G.vr, Real(0), Op, ldo);
+            // inter-chunk: O[:m] += diag(e) (scale Q) S_c, for the tokens still in the carried document
+            const i64 m = cd.first_reset;
+            if (m > 0 && (c > 0 || G.init)) {
+              for (i64 i = 0; i < m; ++i) {
+                const Real s = G.scale * cd.e[i];
+                const Real* qr = Qp + i * G.qr;
+                for (i64 x = 0; x < G.K; ++x) sc.rows[i * G.K + x] = s * qr[x];
+              }
+              const Real* Sc = chunk_states + ((b * G.H + h) * NC + c) * KV;
+              gemm(false, false, m, G.V, G.K, Real(1), sc.rows.data(), G.K, Sc, G.V, Real(1), Op, ldo);
+            }
+          }
+        }
+      },
+      min_tasks(G.G * G.C * G.KV() * 6));
+}
+
+template <typename Real>
+void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> chunk_states, SdIn<Real> dout,
+                                   SdIn<Real> d_final_state, SdOut<Real> dq, SdOut<Real> dk, SdOut<Real> dv,
+                                   SdOut<Real> dg, SdOut<Real> d_initial_state, SdOut<Real> workspace) {
+  const auto G = resolve(a, "scalar_decay_chunked_backward");
+  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_chunked_backward: dout, dq, dk, dv, dg are required ({})",
+            shape_str(a));
+  const i64 KV = G.KV(), NC = G.NC, BH = G.B * G.H, ldo = G.H * G.V, nstate = BH * NC * KV;
+  std::vector<Real> own;
+  if (!workspace) {
+    own.resize(chunk_states ? nstate : 2 * nstate);
+    workspace = own.data();
+  }
+  const auto eC = chunk_decays(G);
+  Real* dSo = workspace;  // [B, H, NC, K, V]: gradient of the state LEAVING each chunk
+  const Real* states = chunk_states;
+  if (!states) {
+    Real* st = workspace + nstate;
+    compute_chunk_states(G, eC, st, static_cast<Real*>(nullptr));
+    states = st;
+  }
+
+  // 1. Each chunk's own contribution to the gradient of its incoming state, (diag(e) scale Q)^T dO, written
+  //    where the reverse scan adds the carried gradient: slot c-1 for chunk c, d_initial_state for chunk 0.
+  parallel_for(
+      BH * NC,
+      [&](i64 lo, i64 hi) {
+        ChunkDecay<Real> cd(G.C);
+        std::vector<Real> qe(G.C * G.K);
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
+          Real* dst = c > 0 ? dSo + (bh * NC + c - 1) * KV : d_initial_state ? d_initial_state + bh * KV : nullptr;
+          if (!dst) continue;
+          cd.compute(G, b, h, c);
+          const i64 m = cd.first_reset;
+          if (m == 0) {
+            std::fill(dst, dst + KV, Real(0));
+            continue;
+          }
+          for (i64 i = 0; i < m; ++i) {
+            const Real s = G.scale * cd.e[i];
+            const Real* qr = G.qp(b, cd.t0 + i, hk);
+            for (i64 x = 0; x < G.K; ++x) qe[i * G.K + x] = s * qr[x];
+          }
+          gemm(true, false, G.K, G.V, m, Real(1), qe.data(), G.K, dout + G.orow(b, cd.t0, h), ldo, Real(0), dst, G.V);
+        }
+      },
+      min_tasks(G.C * G.KV()));
+  // 2. Reverse scan: dS_out(c-1) = eC_c dS_out(c) + own(c); d_initial = eC_0 dS_out(0) + own(0).
+  const i64 nblk = (KV + kScanBlock - 1) / kScanBlock;
+  parallel_for(
+      BH * nblk,
+      [&](i64 lo, i64 hi) {
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 bh = task / nblk, r0 = (task % nblk) * kScanBlock, r1 = std::min(KV, r0 + kScanBlock);
+          Real* D = dSo + bh * NC * KV;
+          Real* last = D + (NC - 1) * KV;
+          if (d_final_state)
+            std::copy(d_final_state + bh * KV + r0, d_final_state + bh * KV + r1, last + r0);
+          else
+            std::fill(last + r0, last + r1, Real(0));
+          for (i64 c = NC - 1; c >= 1; --c) {
+            const Real ec = eC[bh * NC + c];
+            if (ec != 0)
+              for (i64 r = r0; r < r1; ++r) D[(c - 1) * KV + r] += ec * D[c * KV + r];
+          }
+          if (d_initial_state) {
+            const Real ec = eC[bh * NC];
+            Real* di = d_initial_state + bh * KV;
+            if (ec != 0)
+              for (i64 r = r0; r < r1; ++r) di[r] += ec * D[r];
+          }
+        }
+      },
+      min_tasks(NC * std::min(KV, kScanBlock)));
+
+  // 3. Per (b, q/k head, chunk): gradients of q, k (summed over the heads sharing them), v and g.
+  parallel_for(
+      G.B * G.Hk * NC,
+      [&](i64 lo, i64 hi) {
+        ChunkDecay<Real> cd(G.C);
+        Scratch<Real> sc(G.C, G.K, G.V);
+        for (i64 task = lo; task < hi; ++task) {
+          const i64 bhk = task / NC, c = task % NC, b = bhk / G.Hk, hk = bhk % G.Hk;
+          const i64 t0 = c * G.C, n = std::min(G.C, G.T - t0), K = G.K, V = G.V;
+          const Real* Qp = G.qp(b, t0, hk);
+          const Real* Kp = G.kp(b, t0, hk);
+          Real* A = sc.A.data();
+          Real* Gm = sc.Gm.data();
+          Real* dP = sc.dP.data();
+          Real* dPG = sc.dPG.data();  // sum over heads of dP .* Gamma
+          gemm(false, true, n, n, K, G.scale, Qp, G.qr, Kp, G.kr, Real(0), A, n);
+          std::fill(sc.dQ.begin(), sc.dQ.begin() + n * K, Real(0));
+          std::fill(sc.dK.begin(), sc.dK.begin() + n * K, Real(0));
+          std::fill(dPG, dPG + n * n, Real(0));
+          for (i64 h = hk * G.G; h < (hk + 1) * G.G; ++h) {
+            const i64 bh = b * G.H + h;
+            cd.compute(G, b, h, c);
+            cd.gamma(Gm);
+            const Real* dOp = dout + G.orow(b, t0, h);
+            const Real* Vp = G.vp(b, t0, h);
+            Real* dVp = dv + (b * G.T + t0) * G.vr + h * G.vh;
+            const Real* Sc = states + (bh * NC + c) * KV;
+            const Real* dS = dSo + (bh * NC + c) * KV;
+            const bool dS_zero = c == NC - 1 && !d_final_state;
+            const bool S_zero = c == 0 && !G.init;
+            double* dgam = sc.dgam.data();
+            std::fill(dgam, dgam + n, 0.0);
+
+            // dP = dO V^T (n x n). dPG += dP .* Gamma; with R = dP .* Gamma .* A (= dGamma .* Gamma),
+            // dgam_i += rowsum_i(R) - colsum_i(R). The diagonal cancels exactly and is left out: it is O(1) while
+            // the rest scales with the decay, so keeping it would bury tiny gradients (strong decay) in rounding.
+            gemm(false, true, n, n, V, Real(1), dOp, ldo, Vp, G.vr, Real(0), dP, n);
+            Real* cs = sc.colsum.data();
+            std::fill(cs, cs + n, Real(0));
+            for (i64 i = 0; i < n; ++i) {
+              const Real* gr = Gm + i * n;
+              const Real* ar = A + i * n;
+              Real* dpr = dP + i * n;
+              Real* acc = dPG + i * n;
+              Real rs = 0;
+              for (i64 j = 0; j < i; ++j) {
+                const Real x = dpr[j] * gr[j];
+                acc[j] += x;
+                const Real rr = x * ar[j];
+                rs += rr;
+                cs[j] += rr;
+              }
+              acc[i] += dpr[i];  // Gamma_ii = 1
+              dgam[i] += rs;
+            }
+            for (i64 i = 0; i < n; ++i) dgam[i] -= cs[i];
+            // P = A .* Gamma (in place over Gamma), then dV = P^T dO.
+            for (i64 r = 0; r < n * n; ++r) Gm[r] *= A[r];
+            gemm(true, false, n, V, n, Real(1), Gm, n, dOp, ldo, Real(0), dVp, G.vr);
+
+            // Terms through the state leaving the chunk: S' = eC S + (diag(f) K)^T V.
+            if (!dS_zero) {
+              const i64 ls = cd.last_start, nn = n - ls;
+              Real* tmp = sc.tmp.data();
+              // dV[j] += f_j (K dS)_j ; df_j = (K dS)_j . v_j
+              gemm(false, false, nn, V, K, Real(1), Kp + ls * G.kr, G.kr, dS, V, Real(0), tmp, V);
+              double dfsum = 0;
+              for (i64 j = 0; j < nn; ++j) {
+                const Real fj = cd.f[ls + j];
+                const Real* tr = tmp + j * V;
+                Real* dvr = dVp + (ls + j) * G.vr;
+                for (i64 x = 0; x < V; ++x) dvr[x] += fj * tr[x];
+                if (ls + j == n - 1) continue;  // f_{n-1} = 1 whatever gam is (same reason as the diagonal above)
+                const double dff = static_cast<double>(dot(tr, Vp + (ls + j) * G.vr, V)) * fj;
+                dgam[ls + j] -= dff;
+                dfsum += dff;
+              }
+              dgam[n - 1] += dfsum;
+              // dK[j] += f_j (V dS^T)_j
+              gemm(false, true, nn, K, V, Real(1), Vp + ls * G.vr, G.vr, dS, V, Real(0), tmp, K);
+              for (i64 j = 0; j < nn; ++j) {
+                const Real fj = cd.f[ls + j];
+                const Real* tr = tmp + j * K;
+                Real* dkr = sc.dK.data() + (ls + j) * K;
+                for (i64 x = 0; x < K; ++x) dkr[x] += fj * tr[x];
+              }
+              if (cd.eC != 0 && !S_zero) dgam[n - 1] += static_cast<double>(dot(dS, Sc, KV)) * cd.eC;
+            }
+            // Terms through the carried state: O[:m] += diag(e) scale Q S.
+            const i64 m = cd.first_reset;
+            if (m > 0 && !S_zero) {
+              Real* tmp = sc.tmp.data();
+              gemm(false, true, m, K, V, Real(1), dOp, ldo, Sc, V, Real(0), tmp, K);  // dO S^T
+              for (i64 i = 0; i < m; ++i) {
+                const Real ei = cd.e[i];
+                const Real* tr = tmp + i * K;
+                dgam[i] += static_cast<double>(G.scale * dot(tr, Qp + i * G.qr, K)) * ei;
+                Real* dqr = sc.dQ.data() + i * K;
+                for (i64 x = 0; x < K; ++x) dqr[x] += ei * tr[x];
+              }
+            }
+            // g_t enters gam_i for every i >= t in the chunk.
+            double acc = 0;
+            for (i64 i = n - 1; i >= 0; --i) {
+              acc += dgam[i];
+              dg[(b * G.T + t0 + i) * G.H + h] = static_cast<Real>(acc);
+            }
+          }
+          // Intra-chunk q/k terms once for all heads: dQ += dPG K, dK += dPG^T (scale Q).
+          gemm(false, false, n, K, n, Real(1), dPG, n, Kp, G.kr, Real(1), sc.dQ.data(), K);
+          gemm(true, false, n, K, n, G.scale, dPG, n, Qp, G.qr, Real(1), sc.dK.data(), K);
+          for (i64 i = 0; i < n; ++i) {
+            Real* dqr = dq + (b * G.T + t0 + i) * G.qr + hk * G.qh;
+            Real* dkr = dk + (b * G.T + t0 + i) * G.kr + hk * G.kh;
+            const Real* sq = sc.dQ.data() + i * K;
+            const Real* sk = sc.dK.data() + i * K;
+            for (i64 x = 0; x < K; ++x) {
+              dqr[x] = G.scale * sq[x];
+              dkr[x] = sk[x];
+            }
+          }
+        }
+      },
+      min_tasks(G.G * G.C * G.KV() * 16));
+}
+
+#define HLM_INSTANTIATE(Real)                                                                                          \
+  template i64 scalar_decay_num_chunks(const ScalarDecayArgsT<Real>&);                                                 \
+  template i64 scalar_decay_chunk_states_size(const ScalarDecayArgsT<Real>&);                                          \
+  template i64 scalar_decay_backward_workspace_size(const ScalarDecayArgsT<Real>&);                                    \
+  template void scalar_decay_recurrent_forward(const ScalarDecayArgsT<Real>&, Real*, Real*);                           \
+  template void scalar_decay_recurrent_backward(const ScalarDecayArgsT<Real>&, const Real*, const Real*, Real*, Real*, \
+                                                Real*, Real*, Real*);                                                  \
+  template void scalar_decay_step(const ScalarDecayArgsT<Real>&, Real*, Real*);                                        \
+  template void scalar_decay_chunked_forward(const ScalarDecayArgsT<Real>&, Real*, Real*, Real*);                      \
+  template void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>&, const Real*, const Real*, const Real*,    \
+                                              Real*, Real*, Real*, Real*, Real*, Real*);
+HLM_INSTANTIATE(float)
+HLM_INSTANTIATE(double)
+#undef HLM_INSTANTIATE
+
+}  // namespace hlm::ops
