@@ -8,17 +8,30 @@
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "eval/plot.h"
 
 namespace hlm::cli {
 
 namespace {
 
 struct PplOpts {
-  std::string ckpt, data;
-  i64 seq_len = 0, batch = 4, max_batches = 0;
+  std::string ckpt, data, plot;
+  std::vector<std::string> lengths;
+  i64 seq_len = 0, tokens_per_batch = 8192, max_tokens = 262144;
+  int buckets = 8;
   bool json = false;
   int threads = 0;
 };
+
+// "512" -> 512; "2x" -> 2 * train_len.
+i64 parse_length(const std::string& s, i64 train_len) {
+  try {
+    if (!s.empty() && (s.back() == 'x' || s.back() == 'X')) return static_cast<i64>(std::stod(s.substr(0, s.size() - 1)) * train_len);
+    return std::stol(s);
+  } catch (const std::exception&) {
+    fail("--lengths: cannot read '{}' (use token counts like 512 or multiples of the training length like 2x)", s);
+  }
+}
 
 int run_ppl(const PplOpts& o) {
   apply_threads(o.threads);
@@ -32,35 +45,71 @@ int run_ppl(const PplOpts& o) {
   if (ds.vocab_size > model.config().vocab_size)
     fail("{}: tokenizer vocab {} is larger than the model's vocab_size {}", ds.dir, ds.vocab_size,
          model.config().vocab_size);
-  i64 T = o.seq_len > 0 ? o.seq_len : lm.run.contains("train") ? lm.run["train"].value("seq_len", i64{256}) : 256;
-  if (T > model.config().max_seq_len)
-    fail("--seq-len {} is over the model's limit max_seq_len = {}", T, model.config().max_seq_len);
+  const i64 train_len = lm.run.contains("train") ? lm.run["train"].value("seq_len", i64{256}) : 256;
+  std::vector<i64> lens;
+  if (o.lengths.empty()) lens.push_back(o.seq_len > 0 ? o.seq_len : train_len);
+  for (auto& s : o.lengths) lens.push_back(parse_length(s, train_len));
   auto shard = std::make_shared<data::TokenShard>(ds.val_path);
-  data::LoaderOptions lo;
-  lo.batch = static_cast<int>(o.batch);
-  lo.seq_len = static_cast<int>(T);
-  lo.mode = data::SampleMode::kSequential;
-  data::BatchLoader loader(shard, lo);
-  data::Batch b;
-  double sum = 0;
-  i64 count = 0, batches = 0;
+  nlohmann::json by_len = nlohmann::json::array();
+  LinePlot plot{"loss by position", "position in the sequence", "mean loss (nats)", false, false, {}};
   Timer timer;
-  while (loader.next(b)) {
-    if (b.rows == 0) break;
-    i64 n = 0;
-    sum += model.forward(b.inputs.data(), b.targets.data(), b.doc_start.data(), b.B, b.T, &n);
-    count += n;
-    ++batches;
-    if (!o.json) fmt::print(stderr, "\reval ppl: batch {} | {} tokens | loss {:.4f}", batches, count, sum / std::max<i64>(1, count));
-    if (o.max_batches > 0 && batches >= o.max_batches) break;
+  double first_loss = 0, first_tokens = 0;
+  for (i64 L : lens) {
+    if (L < 2) fail("--lengths: {} is too short", L);
+    if (L > shard->n_tokens() - 1) fail("{}: only {} validation tokens, fewer than length {}", ds.val_path, shard->n_tokens(), L);
+    data::LoaderOptions lo;
+    lo.batch = static_cast<int>(std::max<i64>(1, o.tokens_per_batch / L));
+    lo.seq_len = static_cast<int>(L);
+    lo.mode = data::SampleMode::kSequential;
+    data::BatchLoader loader(shard, lo);
+    data::Batch b;
+    const int nb = std::max(1, o.buckets);
+    std::vector<double> bsum(nb, 0.0), bcnt(nb, 0.0);
+    std::vector<float> tl;
+    double sum = 0;
+    i64 count = 0;
+    while (count < o.max_tokens && loader.next(b)) {
+      if (b.rows == 0) break;
+      tl.resize(static_cast<size_t>(b.B) * b.T);
+      i64 n = 0;
+      sum += model.forward(b.inputs.data(), b.targets.data(), b.doc_start.data(), b.B, b.T, &n, tl.data());
+      count += n;
+      for (i64 r = 0; r < b.B; ++r)
+        for (i64 t = 0; t < b.T; ++t)
+          if (b.targets[r * b.T + t] >= 0) {
+            const int k = static_cast<int>(t * nb / b.T);
+            bsum[k] += tl[r * b.T + t];
+            bcnt[k] += 1;
+          }
+      if (!o.json)
+        fmt::print(stderr, "\r\033[Keval ppl: length {} | {} tokens | loss {:.4f}", L, count, sum / std::max<i64>(1, count));
+    }
+    if (!o.json) fmt::print(stderr, "\n");
+    if (count == 0) fail("{}: no validation tokens for length {}", ds.val_path, L);
+    nlohmann::json buckets = nlohmann::json::array();
+    Series se{fmt::format("length {}", L), {}, {}, false};
+    for (int k = 0; k < nb; ++k) {
+      const i64 b0 = L * k / nb, b1 = L * (k + 1) / nb;
+      const double bl = bcnt[k] ? bsum[k] / bcnt[k] : NAN;
+      buckets.push_back({{"start", b0}, {"end", b1}, {"loss", bcnt[k] ? nlohmann::json(bl) : nlohmann::json()}, {"tokens", bcnt[k]}});
+      se.x.push_back(0.5 * static_cast<double>(b0 + b1));
+      se.y.push_back(bl);
+    }
+    plot.series.push_back(se);
+    const double loss = sum / static_cast<double>(count);
+    if (by_len.empty()) first_loss = loss, first_tokens = static_cast<double>(count);
+    by_len.push_back({{"seq_len", L}, {"x_train", static_cast<double>(L) / train_len}, {"loss", loss},
+                      {"ppl", std::exp(loss)}, {"tokens", count}, {"buckets", buckets}});
   }
-  if (!o.json) fmt::print(stderr, "\n");
-  if (count == 0) fail("{}: no validation tokens for seq-len {}", ds.val_path, T);
-  const double loss = sum / static_cast<double>(count);
-  nlohmann::json r = {{"loss", loss}, {"ppl", std::exp(loss)}, {"tokens", count}, {"seq_len", T},
+  if (!o.plot.empty()) write_line_plot(plot, o.plot);
+  nlohmann::json r = {{"loss", first_loss}, {"ppl", std::exp(first_loss)}, {"tokens", first_tokens},
+                      {"seq_len", lens[0]}, {"train_seq_len", train_len}, {"by_length", by_len},
                       {"checkpoint", lm.ckpt_dir}, {"data", ds.val_path}, {"seconds", timer.seconds()}};
   if (o.json) print_json(r);
-  else fmt::print("loss {:.4f}  ppl {:.3f}  tokens {}\n", loss, std::exp(loss), count);
+  else
+    for (auto& e : by_len)
+      fmt::print("length {:>6}: loss {:.4f}  ppl {:.3f}  tokens {}\n", e["seq_len"].get<i64>(), e["loss"].get<double>(),
+                 e["ppl"].get<double>(), e["tokens"].get<i64>());
   return 0;
 }
 
@@ -74,8 +123,12 @@ Command register_eval(CLI::App& app) {
   p->add_option("--ckpt", ppl->ckpt, "run folder or checkpoint folder")->required();
   p->add_option("--data", ppl->data, "dataset (default: the run's)");
   p->add_option("--seq-len", ppl->seq_len, "tokens per row (default: the run's training length)");
-  p->add_option("--batch", ppl->batch, "rows per batch")->capture_default_str();
-  p->add_option("--max-batches", ppl->max_batches, "stop after N batches (0 = whole validation split)");
+  p->add_option("--lengths", ppl->lengths, "evaluate at these lengths: token counts or multiples of the training "
+                "length, e.g. 1x,2x,4x,8x")->delimiter(',');
+  p->add_option("--buckets", ppl->buckets, "position buckets for loss by position")->capture_default_str();
+  p->add_option("--tokens-per-batch", ppl->tokens_per_batch, "rows per batch = this / length")->capture_default_str();
+  p->add_option("--max-tokens", ppl->max_tokens, "validation tokens per length (at most)")->capture_default_str();
+  p->add_option("--plot", ppl->plot, "write loss by position as an SVG line chart");
   p->add_flag("--json", ppl->json, "print a JSON result on stdout");
   add_threads_flag(p, &ppl->threads);
   return {sub, [p, ppl]() -> int {
