@@ -8,7 +8,9 @@
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "eval/niah.h"
 #include "eval/plot.h"
+#include "data/tokenizer.h"
 
 namespace hlm::cli {
 
@@ -113,6 +115,81 @@ int run_ppl(const PplOpts& o) {
   return 0;
 }
 
+struct NiahOpts {
+  std::string ckpt, data, plot, haystack = "corpus";
+  std::vector<std::string> lengths;
+  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+  int samples = 4, threads = 0;
+  std::uint64_t seed = 42;
+  bool json = false;
+};
+
+// The tokenizer and validation shard of a run (or of --data).
+struct RunData {
+  std::unique_ptr<data::Tokenizer> tok;
+  data::Dataset ds;
+  std::shared_ptr<data::TokenShard> val;
+  i64 train_len = 256;
+};
+
+RunData open_run_data(const LoadedModel& lm, const std::string& data_override, bool quiet) {
+  RunData r;
+  std::string data_spec = data_override.empty() ? lm.run.value("data", std::string("default")) : data_override;
+  data::PrepareOptions popt;
+  popt.quiet = quiet;
+  r.ds = data::prepare_dataset(data_spec, lm.run.value("tokenizer", std::string()), "", popt);
+  r.tok = data::load_tokenizer(r.ds.tokenizer_spec);
+  r.val = std::make_shared<data::TokenShard>(r.ds.val_path);
+  r.train_len = lm.run.contains("train") ? lm.run["train"].value("seq_len", i64{256}) : 256;
+  return r;
+}
+
+int run_niah(const NiahOpts& o) {
+  apply_threads(o.threads);
+  LoadedModel lm = load_model(o.ckpt);
+  RunData rd = open_run_data(lm, o.data, o.json);
+  std::unique_ptr<Haystack> hay;
+  if (o.haystack == "noise") hay = std::make_unique<Haystack>(*rd.tok);
+  else if (o.haystack == "corpus") hay = std::make_unique<Haystack>(rd.val, *rd.tok);
+  else fail("--haystack must be 'corpus' or 'noise', got '{}'", o.haystack);
+  NiahGridConfig c;
+  for (auto& s : o.lengths) c.lengths.push_back(parse_length(s, rd.train_len));
+  if (c.lengths.empty()) c.lengths.push_back(rd.train_len);
+  c.depths = o.depths;
+  for (double d : c.depths)
+    if (d < 0 || d > 1) fail("--depths: {} is outside [0, 1]", d);
+  c.samples = o.samples;
+  c.seed = o.seed;
+  c.progress = !o.json;
+  nlohmann::json r = run_niah_grid(*lm.model, *rd.tok, *hay, c);
+  r["checkpoint"] = lm.ckpt_dir;
+  r["haystack"] = o.haystack;
+  if (!o.plot.empty()) {
+    Heatmap h;
+    h.title = fmt::format("NIAH accuracy ({} samples per cell, mean {:.2f})", c.samples, r["mean"].get<double>());
+    h.xlabel = "context length (tokens)";
+    h.ylabel = "needle depth";
+    for (i64 L : c.lengths) h.col_labels.push_back(std::to_string(L));
+    for (double d : c.depths) h.row_labels.push_back(fmt::format("{:.2f}", d));
+    h.values = r["accuracy"].get<std::vector<std::vector<double>>>();
+    write_heatmap(h, o.plot);
+  }
+  if (o.json) {
+    print_json(r);
+  } else {
+    fmt::print("NIAH accuracy (rows: depth, columns: length)\n{:>8}", "");
+    for (i64 L : c.lengths) fmt::print("{:>8}", L);
+    fmt::print("\n");
+    for (size_t d = 0; d < c.depths.size(); ++d) {
+      fmt::print("{:>8.2f}", c.depths[d]);
+      for (size_t l = 0; l < c.lengths.size(); ++l) fmt::print("{:>8.2f}", r["accuracy"][d][l].get<double>());
+      fmt::print("\n");
+    }
+    fmt::print("mean {:.3f}\n", r["mean"].get<double>());
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command register_eval(CLI::App& app) {
@@ -131,8 +208,22 @@ Command register_eval(CLI::App& app) {
   p->add_option("--plot", ppl->plot, "write loss by position as an SVG line chart");
   p->add_flag("--json", ppl->json, "print a JSON result on stdout");
   add_threads_flag(p, &ppl->threads);
-  return {sub, [p, ppl]() -> int {
+  auto niah = std::make_shared<NiahOpts>();
+  auto* n = sub->add_subcommand("niah", "needle-in-a-haystack accuracy over lengths x depths");
+  n->add_option("--ckpt", niah->ckpt, "run folder or checkpoint folder")->required();
+  n->add_option("--data", niah->data, "dataset for the haystack (default: the run's)");
+  n->add_option("--lengths", niah->lengths, "prompt lengths: tokens or multiples of the training length (2x)")
+      ->delimiter(',');
+  n->add_option("--depths", niah->depths, "needle depths in [0, 1]")->delimiter(',')->capture_default_str();
+  n->add_option("--samples", niah->samples, "needles per (length, depth) cell")->capture_default_str();
+  n->add_option("--haystack", niah->haystack, "corpus | noise")->capture_default_str();
+  n->add_option("--seed", niah->seed, "seed for keys, values and haystack positions")->capture_default_str();
+  n->add_option("--plot", niah->plot, "write the depth x length heatmap (SVG)");
+  n->add_flag("--json", niah->json, "print a JSON result on stdout");
+  add_threads_flag(n, &niah->threads);
+  return {sub, [p, ppl, n, niah]() -> int {
             if (p->parsed()) return run_ppl(*ppl);
+            if (n->parsed()) return run_niah(*niah);
             return 1;
           }};
 }

@@ -1,0 +1,93 @@
+#include "eval/niah.h"
+
+#include <cctype>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "infer/generator.h"
+
+namespace hlm {
+
+NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng) {
+  NiahCase c;
+  c.length = length;
+  c.depth = depth;
+  c.key = random_key(rng);
+  c.value = random_number(rng);
+  // Encoded piece by piece so the value's token span inside the prompt is known exactly.
+  auto prefix = tok.encode("A special magic number is hidden in the following text. Remember it.\n");
+  auto n_pre = tok.encode("\nThe special magic number for " + c.key + " is:");
+  auto n_val = tok.encode(" " + c.value);
+  auto n_post = tok.encode(".\n");
+  auto question = tok.encode("\nWhat is the special magic number for " + c.key + "? The special magic number for " +
+                             c.key + " is:");
+  const i64 fixed = static_cast<i64>(prefix.size() + n_pre.size() + n_val.size() + n_post.size() + question.size());
+  const i64 hay_len = length - fixed;
+  if (hay_len < 0)
+    fail("niah: length {} is too short for the needle and question ({} tokens with this tokenizer)", length, fixed);
+  std::vector<int32_t> h = hay.take(hay_len, rng);
+  const i64 at = std::min<i64>(hay_len, static_cast<i64>(std::floor(depth * static_cast<double>(hay_len))));
+  auto& p = c.prompt;
+  p.insert(p.end(), prefix.begin(), prefix.end());
+  p.insert(p.end(), h.begin(), h.begin() + at);
+  p.insert(p.end(), n_pre.begin(), n_pre.end());
+  c.value_begin = static_cast<i64>(p.size());
+  p.insert(p.end(), n_val.begin(), n_val.end());
+  c.value_end = static_cast<i64>(p.size());
+  p.insert(p.end(), n_post.begin(), n_post.end());
+  p.insert(p.end(), h.begin() + at, h.end());
+  p.insert(p.end(), question.begin(), question.end());
+  c.max_new_tokens = static_cast<i64>(n_val.size()) + 3;
+  return c;
+}
+
+double niah_score(const std::string& prediction, const std::string& value) {
+  size_t i = 0;
+  while (i < prediction.size() && !std::isdigit(static_cast<unsigned char>(prediction[i]))) {
+    // Only whitespace and punctuation may precede the number; a word first means no answer.
+    if (std::isalpha(static_cast<unsigned char>(prediction[i]))) return 0.0;
+    ++i;
+  }
+  size_t j = i;
+  while (j < prediction.size() && std::isdigit(static_cast<unsigned char>(prediction[j]))) ++j;
+  return j > i && prediction.substr(i, j - i) == value ? 1.0 : 0.0;
+}
+
+std::string complete(Model& model, const data::Tokenizer& tok, const std::vector<int32_t>& prompt, i64 max_new_tokens) {
+  GenerateConfig g;
+  g.max_new_tokens = max_new_tokens;
+  g.stop_token = tok.eos_id();
+  auto out = generate(model, prompt, g);
+  return tok.decode(out);
+}
+
+nlohmann::json run_niah_grid(Model& model, const data::Tokenizer& tok, const Haystack& hay, const NiahGridConfig& c) {
+  nlohmann::json cases = nlohmann::json::array();
+  std::vector<std::vector<double>> acc(c.depths.size(), std::vector<double>(c.lengths.size(), 0.0));
+  Rng rng(c.seed);
+  const size_t total = c.depths.size() * c.lengths.size() * static_cast<size_t>(c.samples);
+  size_t done = 0;
+  double sum = 0;
+  for (size_t li = 0; li < c.lengths.size(); ++li)
+    for (size_t di = 0; di < c.depths.size(); ++di)
+      for (int s = 0; s < c.samples; ++s) {
+        NiahCase k = make_niah_case(tok, hay, c.lengths[li], c.depths[di], rng);
+        std::string pred = complete(model, tok, k.prompt, k.max_new_tokens);
+        double ok = niah_score(pred, k.value);
+        acc[di][li] += ok / c.samples;
+        sum += ok;
+        cases.push_back({{"length", k.length}, {"depth", k.depth}, {"key", k.key}, {"value", k.value},
+                         {"prediction", pred}, {"correct", ok > 0}});
+        ++done;
+        if (c.progress)
+          fmt::print(stderr, "\r\033[Kniah: {}/{} | length {} depth {:.2f} | accuracy so far {:.3f}", done, total,
+                     k.length, k.depth, sum / static_cast<double>(done));
+      }
+  if (c.progress) fmt::print(stderr, "\n");
+  return {{"lengths", c.lengths}, {"depths", c.depths}, {"accuracy", acc}, {"samples", c.samples},
+          {"mean", total ? sum / static_cast<double>(total) : 0.0}, {"cases", cases}};
+}
+
+}  // namespace hlm
