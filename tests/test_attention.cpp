@@ -1,0 +1,369 @@
+// Causal softmax attention (ops/attention.h) against a naive double-precision masked reference:
+// outputs, lse and all gradients over many shapes (GQA, windows, lengths that are not tile multiples),
+// packed documents vs separate runs, central finite differences, determinism, argument checks.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/attention.h"
+#include "testing.h"
+
+using namespace hlm;
+using namespace hlm::testing;
+
+namespace {
+
+// q, k, v live inside one fused row per token, as the mixer lays them out: [q (H*hd) | k | v | pad].
+struct Case {
+  i64 B, T, H, Hkv, hd, W;
+  float scale = 0;
+  std::string name() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+           " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) + " W=" + std::to_string(W);
+  }
+  ops::AttentionShape shape() const {
+    ops::AttentionShape s;
+    s.B = B, s.T = T, s.H = H, s.Hkv = Hkv, s.hd = hd, s.window = W, s.scale = scale;
+    return s;
+  }
+  i64 stride() const { return (H + 2 * Hkv) * hd + 3; }  // odd padding: unaligned rows on purpose
+  i64 qoff() const { return 0; }
+  i64 koff() const { return H * hd; }
+  i64 voff() const { return (H + Hkv) * hd; }
+};
+
+// Does token t (of row b) see key s?
+bool visible(const Case& c, const std::vector<int32_t>* doc, i64 b, i64 t, i64 s) {
+  if (s > t) return false;
+  if (c.W > 0 && s <= t - c.W) return false;
+  if (doc && s < (*doc)[b * c.T + t]) return false;
+  return true;
+}
+
+struct Ref {
+  std::vector<double> o, lse;  // [B, T, H, hd], [B, H, T]
+  std::vector<double> dqkv;    // gradient in the fused layout [B*T, stride]
+};
+
+// Naive attention in double; with dout != nullptr also the analytic gradient of sum(o * dout).
+Ref reference(const Case& c, const std::vector<double>& qkv, const std::vector<double>* dout,
+              const std::vector<int32_t>* doc = nullptr) {
+  const i64 B = c.B, T = c.T, H = c.H, hd = c.hd, st = c.stride(), hpg = c.H / c.Hkv;
+  const double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(hd));
+  Ref r;
+  r.o.assign(B * T * H * hd, 0.0);
+  r.lse.assign(B * H * T, 0.0);
+  if (dout) r.dqkv.assign(B * T * st, 0.0);
+  std::vector<double> p(T), dp(T);
+  for (i64 b = 0; b < B; ++b)
+    for (i64 h = 0; h < H; ++h) {
+      const i64 g = h / hpg;
+      auto Q = [&](i64 t, i64 d) { return qkv[(b * T + t) * st + c.qoff() + h * hd + d]; };
+      auto K = [&](i64 t, i64 d) { return qkv[(b * T + t) * st + c.koff() + g * hd + d]; };
+      auto V = [&](i64 t, i64 d) { return qkv[(b * T + t) * st + c.voff() + g * hd + d]; };
+      for (i64 t = 0; t < T; ++t) {
+        double mx = -1e300;
+        for (i64 s = 0; s < T; ++s) {
+          if (!visible(c, doc, b, t, s)) continue;
+          double d = 0;
+          for (i64 e = 0; e < hd; ++e) d += Q(t, e) * K(s, e);
+          p[s] = d * scale;
+          mx = std::max(mx, p[s]);
+        }
+        double sum = 0;
+        for (i64 s = 0; s < T; ++s)
+          if (visible(c, doc, b, t, s)) sum += std::exp(p[s] - mx);
+        r.lse[(b * H + h) * T + t] = mx + std::log(sum);
+        for (i64 s = 0; s < T; ++s)
+          if (visible(c, doc, b, t, s)) p[s] = std::exp(p[s] - mx) / sum;
+        double* orow = &r.o[((b * T + t) * H + h) * hd];
+        for (i64 s = 0; s < T; ++s)
+          if (visible(c, doc, b, t, s))
+            for (i64 e = 0; e < hd; ++e) orow[e] += p[s] * V(s, e);
+        if (!dout) continue;
+        const double* go = &(*dout)[((b * T + t) * H + h) * hd];
+        double D = 0;
+        for (i64 e = 0; e < hd; ++e) D += go[e] * orow[e];
+        for (i64 s = 0; s < T; ++s) {
+          if (!visible(c, doc, b, t, s)) continue;
+          double dps = 0;
+          for (i64 e = 0; e < hd; ++e) dps += go[e] * V(s, e);
+          const double ds = p[s] * (dps - D) * scale;
+          for (i64 e = 0; e < hd; ++e) {
+            r.dqkv[(b * T + t) * st + c.qoff() + h * hd + e] += ds * K(s, e);
+            r.dqkv[(b * T + s) * st + c.koff() + g * hd + e] += ds * Q(t, e);
+            r.dqkv[(b * T + s) * st + c.voff() + g * hd + e] += p[s] * go[e];
+          }
+        }
+      }
+    }
+  return r;
+}
+
+struct KernelOut {
+  std::vector<float> o, lse, dqkv;
+};
+
+// Runs the kernel; the gradient buffer is NaN in the q/k/v slots and 7 in the padding (must survive).
+KernelOut run_kernel(const Case& c, const std::vector<float>& qkv, const std::vector<float>* dout,
+                     const std::vector<int32_t>* doc = nullptr) {
+  const i64 st = c.stride();
+  const float* base = qkv.data();
+  KernelOut r;
+  r.o = nan_vec(c.B * c.T * c.H * c.hd);
+  r.lse = nan_vec(c.B * c.H * c.T);
+  const int32_t* ds = doc ? doc->data() : nullptr;
+  ops::attention_forward(c.shape(), base + c.qoff(), st, base + c.koff(), base + c.voff(), st, r.o.data(), r.lse.data(),
+                         ds);
+  if (dout) {
+    r.dqkv = nan_vec(c.B * c.T * st);
+    for (i64 n = 0; n < c.B * c.T; ++n)
+      for (i64 j = (c.H + 2 * c.Hkv) * c.hd; j < st; ++j) r.dqkv[n * st + j] = 7.f;
+    float* g = r.dqkv.data();
+    ops::attention_backward(c.shape(), base + c.qoff(), st, base + c.koff(), base + c.voff(), st, r.o.data(),
+                            r.lse.data(), dout->data(), g + c.qoff(), g + c.koff(), g + c.voff(), ds);
+  }
+  return r;
+}
+
+// Gradient slots only (the padding holds 7 in the kernel run and 0 in the reference).
+template <typename V>
+std::vector<double> slots(const Case& c, const V& full, int which) {
+  const i64 st = c.stride();
+  const i64 off = which == 0 ? c.qoff() : which == 1 ? c.koff() : c.voff();
+  const i64 n = (which == 0 ? c.H : c.Hkv) * c.hd;
+  std::vector<double> out;
+  out.reserve(c.B * c.T * n);
+  for (i64 t = 0; t < c.B * c.T; ++t)
+    for (i64 j = 0; j < n; ++j) out.push_back(full[t * st + off + j]);
+  return out;
+}
+
+void check_padding(const Case& c, const std::vector<float>& g) {
+  const i64 st = c.stride();
+  for (i64 n = 0; n < c.B * c.T; ++n)
+    for (i64 j = (c.H + 2 * c.Hkv) * c.hd; j < st; ++j) ASSERT_EQ(g[n * st + j], 7.f) << c.name();
+}
+
+double rms(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s / std::max<size_t>(1, v.size()));
+}
+
+std::vector<Case> cases() {
+  return {
+      {1, 1, 1, 1, 16, 0},
+      {2, 65, 4, 1, 32, 0},
+      {2, 130, 4, 2, 16, 0},
+      {1, 130, 2, 2, 64, 0},
+      {2, 65, 4, 4, 16, 1},
+      {1, 130, 2, 1, 32, 129},
+      {1, 130, 2, 1, 32, 130},
+      {1, 65, 2, 2, 16, 300},
+      {1, 200, 4, 2, 64, 37},
+      {3, 77, 2, 2, 32, 64},
+      {1, 129, 2, 1, 16, 65},
+      {1, 100, 2, 2, 24, 0},
+      {2, 70, 3, 3, 8, 20},
+      {1, 2, 1, 1, 16, 1},
+      {1, 64, 4, 1, 64, 0},
+      {1, 150, 1, 1, 80, 17},
+      // Large enough for the parallel path (and, with B*Hkv small, the split backward).
+      {2, 300, 4, 2, 32, 0},
+      {1, 400, 2, 1, 64, 100},
+  };
+}
+
+}  // namespace
+
+TEST(Attention, ForwardMatchesDoubleReferenceOverShapesAndWindows) {
+  for (const Case& c : cases()) {
+    auto qkv = randn(c.B * c.T * c.stride(), 100 + c.T + c.W);
+    auto ref = reference(c, to_double(qkv), nullptr);
+    auto got = run_kernel(c, qkv, nullptr);
+    EXPECT_TRUE(close_rel(got.o, ref.o, 2e-6, "o " + c.name()));
+    EXPECT_TRUE(close_rel(got.lse, ref.lse, 1e-6, "lse " + c.name()));
+  }
+}
+
+TEST(Attention, BackwardMatchesAnalyticDoubleReference) {
+  for (const Case& c : cases()) {
+    auto qkv = randn(c.B * c.T * c.stride(), 200 + c.T + c.W);
+    auto dout = randn(c.B * c.T * c.H * c.hd, 300 + c.hd);
+    auto dd = to_double(dout);
+    auto ref = reference(c, to_double(qkv), &dd);
+    auto got = run_kernel(c, qkv, &dout);
+    for (int w = 0; w < 3; ++w) {
+      const std::string what = std::string(w == 0 ? "dq " : w == 1 ? "dk " : "dv ") + c.name();
+      auto g = slots(c, got.dqkv, w), want = slots(c, ref.dqkv, w);
+      if (rms(want) == 0) {
+        // W = 1: o = v exactly, so dq = dk = 0 and only fp32 rounding of dP - D remains; measure it
+        // against the size of the gradient that does flow (dv = dout).
+        EXPECT_LT(rms(g), 1e-6 * rms(slots(c, ref.dqkv, 2))) << what;
+      } else {
+        EXPECT_TRUE(close_rel(g, want, 1e-5, what));
+      }
+    }
+    check_padding(c, got.dqkv);
+  }
+}
+
+TEST(Attention, ExplicitScaleAndLargeScoresStayStable) {
+  Case c{2, 90, 4, 2, 32, 0, 0.37f};
+  auto qkv = randn(c.B * c.T * c.stride(), 7, 6.0);  // scores up to ~|100|: needs the running max
+  auto dout = randn(c.B * c.T * c.H * c.hd, 8);
+  auto dd = to_double(dout);
+  auto ref = reference(c, to_double(qkv), &dd);
+  auto got = run_kernel(c, qkv, &dout);
+  EXPECT_TRUE(close_rel(got.o, ref.o, 2e-6, "o"));
+  EXPECT_TRUE(close_rel(got.lse, ref.lse, 1e-6, "lse"));
+  for (int w = 0; w < 3; ++w) EXPECT_TRUE(close_rel(slots(c, got.dqkv, w), slots(c, ref.dqkv, w), 1e-4, "grad"));
+}
+
+// The double reference's analytic gradient agrees with central differences of the double reference
+// (so the tight kernel-vs-reference check above tests against a true gradient).
+TEST(Attention, ReferenceGradientMatchesFiniteDifferencesInDouble) {
+  for (Case c : {Case{1, 9, 2, 1, 8, 0}, Case{2, 11, 2, 2, 8, 3}}) {
+    auto qkv = to_double(randn(c.B * c.T * c.stride(), 41));
+    auto R = to_double(randn(c.B * c.T * c.H * c.hd, 42));
+    auto ref = reference(c, qkv, &R);
+    auto loss = [&]() {
+      auto o = reference(c, qkv, nullptr).o;
+      double s = 0;
+      for (size_t i = 0; i < o.size(); ++i) s += o[i] * R[i];
+      return s;
+    };
+    std::vector<double> fd(qkv.size(), 0.0);
+    for (size_t i = 0; i < qkv.size(); ++i)
+      if (static_cast<i64>(i % c.stride()) < (c.H + 2 * c.Hkv) * c.hd) fd[i] = fd_grad(qkv, i, loss, 1e-5);
+    EXPECT_TRUE(close_rel(ref.dqkv, fd, 1e-7, "reference gradient " + c.name()));
+  }
+}
+
+// Kernel gradient vs central differences of the kernel itself (fp32 forward, eps 1e-2).
+TEST(Attention, KernelGradientMatchesFiniteDifferences) {
+  for (Case c : {Case{1, 70, 2, 1, 16, 0}, Case{2, 33, 2, 2, 16, 5}}) {
+    auto qkv = randn(c.B * c.T * c.stride(), 51);
+    auto R = randn(c.B * c.T * c.H * c.hd, 52);
+    auto got = run_kernel(c, qkv, &R);
+    std::vector<double> Rd = to_double(R);
+    auto loss = [&]() {
+      auto o = run_kernel(c, qkv, nullptr).o;
+      double s = 0;
+      for (size_t i = 0; i < o.size(); ++i) s += o[i] * Rd[i];
+      return s;
+    };
+    // A spread of entries of each of q, k, v (every 7th slot of the fused rows).
+    std::vector<double> want, have;
+    const i64 used = (c.H + 2 * c.Hkv) * c.hd;
+    for (size_t i = 0; i < qkv.size(); i += 7) {
+      if (static_cast<i64>(i % c.stride()) >= used) continue;
+      want.push_back(fd_grad(qkv, i, loss, 1e-2));
+      have.push_back(got.dqkv[i]);
+    }
+    // fp32 forward: rounding of the loss over 2*eps dominates (measured ~4e-5).
+    EXPECT_TRUE(close_rel(have, want, 3e-4, "fd " + c.name()));
+  }
+}
+
+TEST(Attention, PackedDocumentsEqualSeparateRuns) {
+  const i64 T = 150;
+  // Row 0: documents of length 40, 1, 70, 39; row 1: 150 (one document).
+  const std::vector<std::vector<i64>> docs = {{40, 1, 70, 39}, {150}};
+  for (i64 W : {i64{0}, i64{23}}) {
+    Case c{2, T, 4, 2, 32, W};
+    std::vector<int32_t> ds(2 * T);
+    for (i64 b = 0; b < 2; ++b) {
+      i64 t0 = 0;
+      for (i64 len : docs[b]) {
+        for (i64 t = t0; t < t0 + len; ++t) ds[b * T + t] = static_cast<int32_t>(t0);
+        t0 += len;
+      }
+    }
+    auto qkv = randn(c.B * T * c.stride(), 61 + W);
+    auto dout = randn(c.B * T * c.H * c.hd, 62);
+    auto packed = run_kernel(c, qkv, &dout, &ds);
+    // The packed run also matches the masked reference.
+    auto dd = to_double(dout);
+    auto ref = reference(c, to_double(qkv), &dd, &ds);
+    EXPECT_TRUE(close_rel(packed.o, ref.o, 2e-6, "packed o"));
+    for (int w = 0; w < 3; ++w)
+      EXPECT_TRUE(close_rel(slots(c, packed.dqkv, w), slots(c, ref.dqkv, w), 1e-5, "packed grad"));
+
+    for (i64 b = 0; b < 2; ++b) {
+      i64 t0 = 0;
+      for (i64 len : docs[b]) {
+        Case one{1, len, c.H, c.Hkv, c.hd, W};
+        const i64 st = c.stride();
+        std::vector<float> q1(qkv.begin() + (b * T + t0) * st, qkv.begin() + (b * T + t0 + len) * st);
+        std::vector<float> d1(dout.begin() + (b * T + t0) * c.H * c.hd, dout.begin() + (b * T + t0 + len) * c.H * c.hd);
+        auto alone = run_kernel(one, q1, &d1);
+        std::vector<float> o_p(packed.o.begin() + (b * T + t0) * c.H * c.hd,
+                               packed.o.begin() + (b * T + t0 + len) * c.H * c.hd);
+        std::vector<float> g_p(packed.dqkv.begin() + (b * T + t0) * st, packed.dqkv.begin() + (b * T + t0 + len) * st);
+        std::vector<float> lse_p;
+        for (i64 h = 0; h < c.H; ++h)
+          for (i64 t = 0; t < len; ++t) lse_p.push_back(packed.lse[(b * c.H + h) * T + t0 + t]);
+        const std::string what = "doc b=" + std::to_string(b) + " t0=" + std::to_string(t0) + " W=" + std::to_string(W);
+        EXPECT_TRUE(close_rel(o_p, alone.o, 1e-6, what + " o"));
+        EXPECT_TRUE(close_rel(lse_p, alone.lse, 1e-6, what + " lse"));
+        for (int w = 0; w < 3; ++w)
+          EXPECT_TRUE(close_rel(slots(one, g_p, w), slots(one, alone.dqkv, w), 1e-6, what + " grad"));
+        t0 += len;
+      }
+    }
+  }
+}
+
+TEST(Attention, BitwiseEqualAcrossThreadCounts) {
+  // B*Hkv = 1 splits the backward into key-tile segments; B*Hkv = 32 does not.
+  for (Case c : {Case{1, 300, 2, 1, 32, 0}, Case{8, 70, 4, 4, 16, 50}}) {
+    auto qkv = randn(c.B * c.T * c.stride(), 71);
+    auto dout = randn(c.B * c.T * c.H * c.hd, 72);
+    const int old = omp_get_max_threads();
+    omp_set_num_threads(1);
+    auto a = run_kernel(c, qkv, &dout);
+    omp_set_num_threads(3);
+    auto b = run_kernel(c, qkv, &dout);
+    omp_set_num_threads(old);
+    auto c2 = run_kernel(c, qkv, &dout);
+    for (const KernelOut* r : {&b, &c2}) {
+      EXPECT_EQ(0, std::memcmp(a.o.data(), r->o.data(), a.o.size() * 4)) << c.name();
+      EXPECT_EQ(0, std::memcmp(a.lse.data(), r->lse.data(), a.lse.size() * 4)) << c.name();
+      EXPECT_EQ(0, std::memcmp(a.dqkv.data(), r->dqkv.data(), a.dqkv.size() * 4)) << c.name();
+    }
+  }
+}
+
+TEST(Attention, BadArgumentsThrowWithOpName) {
+  std::vector<float> buf(4096, 0.f);
+  float* p = buf.data();
+  auto expect_msg = [](auto fn, const std::string& prefix) {
+    try {
+      fn();
+      ADD_FAILURE() << "no throw, wanted " << prefix;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+    }
+  };
+  ops::AttentionShape s;
+  s.B = 1, s.T = 4, s.H = 3, s.Hkv = 2, s.hd = 8;  // H not a multiple of Hkv
+  expect_msg([&] { ops::attention_forward(s, p, 64, p, p, 64, p, p); }, "attention_forward:");
+  s.H = 4;
+  expect_msg([&] { ops::attention_forward(s, p, 16, p, p, 64, p, p); }, "attention_forward: q_stride");
+  expect_msg([&] { ops::attention_backward(s, p, 64, p, p, 8, p, p, p, p, p, p); }, "attention_backward: kv_stride");
+  s.window = -1;
+  expect_msg([&] { ops::attention_forward(s, p, 64, p, p, 64, p, p); }, "attention_forward: negative window");
+  s.window = 0;
+  // doc_start must describe contiguous documents: 0 0 2 2 is fine, 0 0 2 1 is not.
+  std::vector<int32_t> good = {0, 0, 2, 2}, bad = {0, 0, 2, 1};
+  ops::attention_forward(s, p, 64, p, p, 64, p + 2048, p + 3072, good.data());
+  expect_msg([&] { ops::attention_forward(s, p, 64, p, p, 64, p + 2048, p + 3072, bad.data()); },
+             "attention_forward: doc_start");
+}
