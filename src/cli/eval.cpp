@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "eval/niah.h"
+#include "eval/ruler.h"
 #include "eval/plot.h"
 #include "data/tokenizer.h"
 
@@ -190,6 +191,56 @@ int run_niah(const NiahOpts& o) {
   return 0;
 }
 
+struct RulerOpts {
+  std::string ckpt, data, plot, qa_file;
+  std::vector<std::string> lengths, tasks;
+  int samples = 8, threads = 0;
+  std::uint64_t seed = 42;
+  bool json = false;
+};
+
+int run_ruler_cmd(const RulerOpts& o) {
+  apply_threads(o.threads);
+  LoadedModel lm = load_model(o.ckpt);
+  RunData rd = open_run_data(lm, o.data, o.json);
+  Haystack noise(*rd.tok), corpus(rd.val, *rd.tok);
+  std::vector<QaItem> qa;
+  if (!o.qa_file.empty()) qa = load_qa_file(o.qa_file);
+  RulerConfig c;
+  c.tasks = o.tasks.empty() ? ruler_task_names() : o.tasks;
+  if (o.tasks.empty() && !qa.empty()) c.tasks.push_back("qa");
+  for (auto& s : o.lengths) c.lengths.push_back(parse_length(s, rd.train_len));
+  if (c.lengths.empty()) c.lengths.push_back(rd.train_len);
+  c.samples = o.samples;
+  c.seed = o.seed;
+  c.progress = !o.json;
+  nlohmann::json r = run_ruler(*lm.model, *rd.tok, noise, &corpus, qa.empty() ? nullptr : &qa, c);
+  r["checkpoint"] = lm.ckpt_dir;
+  if (!o.plot.empty()) {
+    LinePlot p{"RULER score by length", "context length (tokens)", "score (0-100)", true, false, {}};
+    std::vector<double> xs(c.lengths.begin(), c.lengths.end());
+    for (auto& [task, v] : r["tasks"].items()) p.series.push_back({task, xs, v.get<std::vector<double>>(), false});
+    p.series.push_back({"average", xs, r["average"].get<std::vector<double>>(), false});
+    write_line_plot(p, o.plot);
+  }
+  if (o.json) {
+    print_json(r);
+  } else {
+    fmt::print("{:<18}", "task");
+    for (i64 L : c.lengths) fmt::print("{:>9}", L);
+    fmt::print("\n");
+    for (auto& [task, v] : r["tasks"].items()) {
+      fmt::print("{:<18}", task);
+      for (auto& x : v) fmt::print("{:>9.1f}", x.get<double>());
+      fmt::print("\n");
+    }
+    fmt::print("{:<18}", "average");
+    for (auto& x : r["average"]) fmt::print("{:>9.1f}", x.get<double>());
+    fmt::print("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command register_eval(CLI::App& app) {
@@ -221,9 +272,23 @@ Command register_eval(CLI::App& app) {
   n->add_option("--plot", niah->plot, "write the depth x length heatmap (SVG)");
   n->add_flag("--json", niah->json, "print a JSON result on stdout");
   add_threads_flag(n, &niah->threads);
-  return {sub, [p, ppl, n, niah]() -> int {
+  auto ruler = std::make_shared<RulerOpts>();
+  auto* ru = sub->add_subcommand("ruler", "RULER synthetic tasks: per-task and average scores by length");
+  ru->add_option("--ckpt", ruler->ckpt, "run folder or checkpoint folder")->required();
+  ru->add_option("--data", ruler->data, "dataset for essay haystacks (default: the run's)");
+  ru->add_option("--lengths", ruler->lengths, "prompt lengths: tokens or multiples of the training length")->delimiter(',');
+  ru->add_option("--tasks", ruler->tasks, "subset of tasks (default: all synthetic ones, + qa with --qa-file)")
+      ->delimiter(',');
+  ru->add_option("--samples", ruler->samples, "samples per task and length")->capture_default_str();
+  ru->add_option("--qa-file", ruler->qa_file, "JSONL of {question, answers, documents} for the qa task");
+  ru->add_option("--seed", ruler->seed, "generator seed")->capture_default_str();
+  ru->add_option("--plot", ruler->plot, "write score by length per task (SVG)");
+  ru->add_flag("--json", ruler->json, "print a JSON result on stdout");
+  add_threads_flag(ru, &ruler->threads);
+  return {sub, [p, ppl, n, niah, ru, ruler]() -> int {
             if (p->parsed()) return run_ppl(*ppl);
             if (n->parsed()) return run_niah(*niah);
+            if (ru->parsed()) return run_ruler_cmd(*ruler);
             return 1;
           }};
 }

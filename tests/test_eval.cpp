@@ -1,0 +1,95 @@
+// Long-context evaluation generators and scorers: exact lengths, determinism by seed, hand-made answers.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include "data/byte_tokenizer.h"
+#include "eval/niah.h"
+#include "eval/ruler.h"
+
+using namespace hlm;
+
+TEST(Niah, ScoreIsExactMatchOfTheFirstNumber) {
+  EXPECT_EQ(niah_score(" 4721093.", "4721093"), 1.0);
+  EXPECT_EQ(niah_score("4721093\nThe", "4721093"), 1.0);
+  EXPECT_EQ(niah_score(" 47210931", "4721093"), 0.0);   // longer number
+  EXPECT_EQ(niah_score(" 472109", "4721093"), 0.0);     // prefix only
+  EXPECT_EQ(niah_score(" the 4721093", "4721093"), 0.0);  // words before the number
+  EXPECT_EQ(niah_score("", "4721093"), 0.0);
+}
+
+TEST(Niah, CasesHaveTheExactLengthAndTheValueSpanAndAreSeeded) {
+  data::ByteTokenizer tok;
+  Haystack noise(tok);
+  for (i64 L : {400, 777, 2048}) {
+    i64 prev = -1;
+    for (double d : {0.0, 0.37, 1.0}) {
+      Rng r1(5), r2(5);
+      NiahCase a = make_niah_case(tok, noise, L, d, r1);
+      NiahCase b = make_niah_case(tok, noise, L, d, r2);
+      EXPECT_EQ(static_cast<i64>(a.prompt.size()), L);
+      EXPECT_EQ(a.prompt, b.prompt);
+      std::vector<int32_t> span(a.prompt.begin() + a.value_begin, a.prompt.begin() + a.value_end);
+      EXPECT_EQ(tok.decode(span), " " + a.value);
+      // Depth: deeper needles sit later; at a long length the position is about d of the way through.
+      EXPECT_GT(a.value_begin, prev);
+      prev = a.value_begin;
+      if (L == 2048) EXPECT_NEAR(static_cast<double>(a.value_begin) / L, d, 0.12) << d;
+    }
+  }
+  Rng r(1);
+  EXPECT_THROW(make_niah_case(tok, noise, 50, 0.5, r), Error);
+}
+
+TEST(Ruler, EveryTaskHasTheExactLengthAndIsDeterministic) {
+  data::ByteTokenizer tok;
+  Haystack noise(tok);
+  std::vector<QaItem> qa = {{"Who wrote it?", {"Alice"}, {"Alice wrote the book in 1999."}},
+                            {"Where is it?", {"Paris"}, {"It is in Paris, near the river."}},
+                            {"What color?", {"blue"}, {"The car is blue and fast."}}};
+  auto tasks = ruler_task_names();
+  tasks.push_back("qa");
+  for (const auto& t : tasks)
+    for (i64 L : {1500, 3000}) {
+      Rng a(9), b(9);
+      RulerSample s1 = make_ruler_sample(t, L, tok, noise, nullptr, &qa, a);
+      RulerSample s2 = make_ruler_sample(t, L, tok, noise, nullptr, &qa, b);
+      EXPECT_EQ(static_cast<i64>(s1.prompt.size()), L) << t;
+      EXPECT_EQ(s1.prompt, s2.prompt) << t;
+      EXPECT_EQ(s1.references, s2.references) << t;
+      ASSERT_FALSE(s1.references.empty()) << t;
+      const std::string text = tok.decode(s1.prompt);
+      if (t.rfind("niah", 0) == 0 || t == "vt" || t == "qa")
+        for (auto& ref : s1.references) EXPECT_NE(text.find(ref), std::string::npos) << t << ": " << ref;
+    }
+}
+
+TEST(Ruler, CommonWordsReferencesAreTheMostFrequentWords) {
+  data::ByteTokenizer tok;
+  Haystack noise(tok);
+  Rng r(3);
+  RulerSample s = make_ruler_sample("cwe", 4000, tok, noise, nullptr, nullptr, r);
+  std::map<std::string, int> count;
+  std::istringstream in(tok.decode(s.prompt));
+  std::string w;
+  while (in >> w)
+    if (w.size() == 6 && std::all_of(w.begin(), w.end(), ::islower)) count[w]++;
+  int min_ref = 1 << 30, max_other = 0;
+  for (auto& [word, c] : count) {
+    bool ref = std::find(s.references.begin(), s.references.end(), word) != s.references.end();
+    if (ref) min_ref = std::min(min_ref, c);
+    else max_other = std::max(max_other, c);
+  }
+  EXPECT_EQ(s.references.size(), 10u);
+  EXPECT_GT(min_ref, max_other);
+}
+
+TEST(Ruler, StringMatchMetricsOnHandMadeAnswers) {
+  EXPECT_DOUBLE_EQ(string_match_all("The numbers are 123, 456.", {"123", "456"}), 100.0);
+  EXPECT_DOUBLE_EQ(string_match_all("The numbers are 123.", {"123", "456"}), 50.0);
+  EXPECT_DOUBLE_EQ(string_match_all("nothing", {"123"}), 0.0);
+  EXPECT_DOUBLE_EQ(string_match_all("ALICE did", {"alice"}), 100.0);  // case-insensitive
+  EXPECT_DOUBLE_EQ(string_match_part("It was Bob", {"Alice", "Bob"}), 100.0);
+  EXPECT_DOUBLE_EQ(string_match_part("It was Carol", {"Alice", "Bob"}), 0.0);
+}
