@@ -93,3 +93,36 @@ TEST(Ruler, StringMatchMetricsOnHandMadeAnswers) {
   EXPECT_DOUBLE_EQ(string_match_part("It was Bob", {"Alice", "Bob"}), 100.0);
   EXPECT_DOUBLE_EQ(string_match_part("It was Carol", {"Alice", "Bob"}), 0.0);
 }
+
+#include "eval/longppl.h"
+
+// A toy evaluator with known long-context tokens: a target is predictable (loss 0.1) when the token 100
+// positions earlier is identical (a "copy" the model can only see with long context), else loss 5.0.
+// The short context (K = 32) cannot see 100 back, so exactly the copy positions become key tokens.
+TEST(LongPpl, ConstructedCasePicksExactlyTheKnownKeyTokens) {
+  const i64 L = 400, lag = 100;
+  std::vector<int32_t> doc(L);
+  Rng r(2);
+  for (i64 i = 0; i < L; ++i) doc[i] = static_cast<int32_t>(1000 + r.below(100000));
+  std::vector<i64> copies = {150, 151, 260, 333, 399};
+  for (i64 p : copies) doc[p] = doc[p - lag];
+  SequenceScorer toy = [&](const std::vector<int32_t>& t) {
+    std::vector<double> out(t.size(), 0.0);
+    for (size_t j = 1; j < t.size(); ++j) out[j] = (j >= static_cast<size_t>(lag) && t[j] == t[j - lag]) ? 0.1 : 5.0;
+    return out;
+  };
+  LongPplConfig c;
+  c.trunc_len = 32;
+  c.block = 16;
+  KeyTokens k = find_key_tokens(toy, doc, c);
+  std::vector<i64> got;
+  for (i64 p = 0; p < L; ++p)
+    if (k.is_key[p]) got.push_back(p);
+  EXPECT_EQ(got, copies);
+  // Every position from K on is scored with a short context; none before.
+  for (i64 p = 0; p < L; ++p) EXPECT_EQ(std::isnan(k.loss_short[p]), p < c.trunc_len) << p;
+  // A copy inside the first K tokens can never be a key token.
+  auto j = run_longppl(toy, toy, {doc}, c);
+  EXPECT_EQ(j["key_tokens"].get<i64>(), 5);
+  EXPECT_NEAR(j["longppl"].get<double>(), std::exp(0.1), 1e-12);
+}

@@ -8,6 +8,7 @@
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "eval/longppl.h"
 #include "eval/niah.h"
 #include "eval/ruler.h"
 #include "eval/plot.h"
@@ -241,6 +242,58 @@ int run_ruler_cmd(const RulerOpts& o) {
   return 0;
 }
 
+struct LongPplOpts {
+  std::string ckpt, evaluator, data, plot;
+  i64 doc_len = 1024;
+  int docs = 8, threads = 0;
+  LongPplConfig c;
+  bool json = false;
+};
+
+int run_longppl_cmd(const LongPplOpts& o) {
+  apply_threads(o.threads);
+  LoadedModel lm = load_model(o.ckpt);
+  RunData rd = open_run_data(lm, o.data, o.json);
+  LoadedModel ev;
+  if (!o.evaluator.empty()) {
+    ev = load_model(o.evaluator);
+    const std::string a = lm.run.value("tokenizer", std::string()), b = ev.run.value("tokenizer", std::string());
+    if (a != b)
+      fail("--evaluator {}: its tokenizer ({}) differs from the evaluated model's ({}); LongPPL here needs a shared "
+           "tokenizer", ev.ckpt_dir, b.empty() ? "unknown" : b, a.empty() ? "unknown" : a);
+  }
+  auto docs = long_documents(*rd.val, o.doc_len, o.docs);
+  SequenceScorer evaluated = model_scorer(*lm.model);
+  SequenceScorer evaluator = o.evaluator.empty() ? evaluated : model_scorer(*ev.model);
+  if (!o.json) fmt::print(stderr, "longppl: {} documents of {} tokens, trunc_len {}, block {}\n", docs.size(), o.doc_len,
+                          o.c.trunc_len, o.c.block);
+  nlohmann::json r = o.evaluator.empty() ? run_longppl(evaluated, evaluated, docs, o.c)
+                                         : run_longppl(evaluated, evaluator, docs, o.c);
+  r["checkpoint"] = lm.ckpt_dir;
+  r["evaluator"] = o.evaluator.empty() ? lm.ckpt_dir : ev.ckpt_dir;
+  if (!o.plot.empty()) {
+    KeyTokens k = find_key_tokens(evaluator, docs[0], o.c);
+    LinePlot p{"LongPPL: evaluator loss with full vs truncated context (document 1)", "position", "loss (nats)", false,
+               false, {}};
+    Series full{"full context", {}, {}, false}, shrt{"truncated context", {}, {}, false}, key{"key tokens", {}, {}, true};
+    for (size_t i = 1; i < docs[0].size(); ++i) {
+      full.x.push_back(static_cast<double>(i));
+      full.y.push_back(k.loss_full[i]);
+      shrt.x.push_back(static_cast<double>(i));
+      shrt.y.push_back(k.loss_short[i]);
+      if (k.is_key[i]) key.x.push_back(static_cast<double>(i)), key.y.push_back(k.loss_full[i]);
+    }
+    p.series = {full, shrt, key};
+    write_line_plot(p, o.plot);
+  }
+  if (o.json) print_json(r);
+  else
+    fmt::print("LongPPL {}  PPL {:.3f}  key tokens {} of {}\n",
+               r["longppl"].is_null() ? std::string("n/a (no key tokens)") : fmt::format("{:.3f}", r["longppl"].get<double>()),
+               r["ppl"].get<double>(), r["key_tokens"].get<i64>(), r["tokens"].get<i64>());
+  return 0;
+}
+
 }  // namespace
 
 Command register_eval(CLI::App& app) {
@@ -285,7 +338,22 @@ Command register_eval(CLI::App& app) {
   ru->add_option("--plot", ruler->plot, "write score by length per task (SVG)");
   ru->add_flag("--json", ruler->json, "print a JSON result on stdout");
   add_threads_flag(ru, &ruler->threads);
-  return {sub, [p, ppl, n, niah, ru, ruler]() -> int {
+  auto lp = std::make_shared<LongPplOpts>();
+  auto* l = sub->add_subcommand("longppl", "LongPPL: perplexity on key tokens that need long context");
+  l->add_option("--ckpt", lp->ckpt, "run folder or checkpoint folder (the evaluated model)")->required();
+  l->add_option("--evaluator", lp->evaluator, "checkpoint that picks key tokens (default: the model itself)");
+  l->add_option("--data", lp->data, "dataset (default: the run's); documents come from its validation split");
+  l->add_option("--doc-len", lp->doc_len, "tokens per document")->capture_default_str();
+  l->add_option("--docs", lp->docs, "number of documents")->capture_default_str();
+  l->add_option("--trunc-len", lp->c.trunc_len, "short context K")->capture_default_str();
+  l->add_option("--block", lp->c.block, "scored block size")->capture_default_str();
+  l->add_option("--alpha", lp->c.alpha, "LSD threshold (nats)")->capture_default_str();
+  l->add_option("--beta", lp->c.beta, "LCL threshold (log-prob)")->capture_default_str();
+  l->add_option("--plot", lp->plot, "write full vs truncated-context loss of the first document (SVG)");
+  l->add_flag("--json", lp->json, "print a JSON result on stdout");
+  add_threads_flag(l, &lp->threads);
+  return {sub, [p, ppl, n, niah, ru, ruler, l, lp]() -> int {
+            if (l->parsed()) return run_longppl_cmd(*lp);
             if (p->parsed()) return run_ppl(*ppl);
             if (n->parsed()) return run_niah(*niah);
             if (ru->parsed()) return run_ruler_cmd(*ruler);
