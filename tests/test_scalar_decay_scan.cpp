@@ -6,6 +6,7 @@
 // Tolerances (relative RMS, testing.h): double kernels vs double reference 1e-12 (forward) / 1e-10 (grads);
 // float kernels vs double reference 2e-6 (forward, state) / 2e-5 (grads; dg is a sum of cancelling terms).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <numeric>
@@ -537,8 +538,8 @@ TEST(ScalarDecayScan, DecodeStepsMatchFullForward) {
   EXPECT_TRUE(close_rel(pre.o, want_pre, 2e-6, "prefill o"));
 }
 
-// Saved vs recomputed chunk states, caller workspace vs internal: bit-identical; repeated runs too.
-TEST(ScalarDecayScan, SavedStatesWorkspaceAndRepeatsAreBitIdentical) {
+// Saved vs recomputed chunk states, caller workspace vs internal, 1 thread vs all: bit-identical.
+TEST(ScalarDecayScan, SavedStatesWorkspaceAndThreadCountGiveIdenticalBits) {
   Case c{
       .B = 2, .T = 100, .H = 4, .Hk = 1, .K = 16, .V = 8, .C = 32, .init = true, .docs = {{100}, {50, 50}}, .seed = 37};
   Data d(c);
@@ -561,6 +562,20 @@ TEST(ScalarDecayScan, SavedStatesWorkspaceAndRepeatsAreBitIdentical) {
     EXPECT_EQ(a.dg, r->dg);
     EXPECT_EQ(a.dinit, r->dinit);
   }
+  // One thread gives the same bits (no task reduces into another's output).
+  const int nt = omp_get_max_threads();
+  omp_set_num_threads(1);
+  ScanRun<float> one(d);
+  one.forward(d, true);
+  one.backward(d, true, dout, dfin);
+  omp_set_num_threads(nt);
+  EXPECT_EQ(a.o, one.o);
+  EXPECT_EQ(a.fin, one.fin);
+  EXPECT_EQ(a.dq, one.dq);
+  EXPECT_EQ(a.dk, one.dk);
+  EXPECT_EQ(a.dv, one.dv);
+  EXPECT_EQ(a.dg, one.dg);
+  EXPECT_EQ(a.dinit, one.dinit);
   // Saved states are the states entering each chunk: slot 0 is the initial state.
   const i64 KV = c.K * c.V, NC = scalar_decay_num_chunks(a.a);
   for (i64 bh = 0; bh < c.B * c.H; ++bh)

@@ -55,6 +55,7 @@ inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, double alpha, const doub
 template <typename Real>
 inline Real dot(const Real* a, const Real* b, i64 n) {
   Real s = 0;
+#pragma omp simd reduction(+ : s)
   for (i64 i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
@@ -625,6 +626,7 @@ void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> c
               Real* dpr = dP + i * n;
               Real* acc = dPG + i * n;
               Real rs = 0;
+#pragma omp simd reduction(+ : rs)
               for (i64 j = 0; j < i; ++j) {
                 const Real x = dpr[j] * gr[j];
                 acc[j] += x;
