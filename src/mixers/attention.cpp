@@ -184,6 +184,10 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     ops::rope_forward(rope_tab_, qkv.data() + H_ * hd_, B, 1, Hkv_, W3, posv.data());
   }
   const i64 slot = pos % c.capacity, n_ctx = std::min(pos + 1, c.capacity);
+  if (record_) {
+    record_->top1.assign(static_cast<size_t>(H_), -1);
+    if (record_->keep_probs) record_->probs.emplace_back(static_cast<size_t>(H_));
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
   for (i64 b = 0; b < B; ++b) {
     std::memcpy(&c.k[(b * c.capacity + slot) * c.width], qkv.data() + b * W3 + H_ * hd_, sizeof(float) * c.width);
@@ -204,6 +208,19 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     }
     float sum = 0;
     for (auto& v : sc) sum += (v = std::exp(v - mx));
+    if (record_ && b == 0) {
+      // Slot j of the ring holds absolute position pos - ((pos - j) mod capacity).
+      auto abs_pos = [&](i64 j) { return pos - ((pos % c.capacity - j + c.capacity) % c.capacity); };
+      i64 best = 0;
+      for (i64 j = 1; j < n_ctx; ++j)
+        if (sc[j] > sc[best]) best = j;
+      record_->top1[h] = abs_pos(best);
+      if (record_->keep_probs) {
+        auto& row = record_->probs.back()[h];
+        row.assign(static_cast<size_t>(pos + 1), 0.f);
+        for (i64 j = 0; j < n_ctx; ++j) row[abs_pos(j)] = sc[j] / sum;
+      }
+    }
     float* out = o.data() + b * H_ * hd_ + h * hd_;
     std::fill(out, out + hd_, 0.f);
     for (i64 j = 0; j < n_ctx; ++j) {
@@ -214,6 +231,26 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
   });
   ops::linear_forward(o.data(), P(off_wo_), y, B, H_ * hd_, D_);
   c.pos++;
+}
+
+void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) {
+  auto& c = static_cast<KvCache&>(state);
+  if (c.pos != 0 || record_) {  // continuing a context (or recording): token by token
+    Mixer::prefill(x, y, B, T, state, arena);
+    return;
+  }
+  const i64 w = effective_window();
+  HLM_CHECK(w > 0 || T <= c.capacity, "attention prefill: context {} exceeds the KV cache capacity {}", T, c.capacity);
+  forward(x, y, SeqInfo{B, T, nullptr}, arena);  // leaves post-RoPE q|k|v rows in qkv_
+  const i64 W3 = qkv_width();
+  for (i64 b = 0; b < B; ++b)
+    for (i64 t = std::max<i64>(0, T - c.capacity); t < T; ++t) {
+      const float* row = qkv_ + (b * T + t) * W3;
+      const i64 slot = t % c.capacity;
+      std::memcpy(&c.k[(b * c.capacity + slot) * c.width], row + H_ * hd_, sizeof(float) * c.width);
+      std::memcpy(&c.v[(b * c.capacity + slot) * c.width], row + (H_ + Hkv_) * hd_, sizeof(float) * c.width);
+    }
+  c.pos = T;
 }
 
 }  // namespace hlm

@@ -8,6 +8,14 @@
 
 namespace hlm {
 
+// Probe recorder for decoding (B = 1): per head, the absolute position of the most-attended key at the
+// last step, and optionally every step's attention probabilities over absolute positions.
+struct AttentionRecord {
+  bool keep_probs = false;
+  std::vector<i64> top1;                        // [H] absolute position, -1 before any step
+  std::vector<std::vector<std::vector<float>>> probs;  // [step][head][position 0..pos]
+};
+
 class AttentionMixer final : public Mixer {
  public:
   AttentionMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
@@ -19,6 +27,11 @@ class AttentionMixer final : public Mixer {
   FlopCount flops_per_token(i64 T) const override;
   std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
   void step(const float* x, float* y, MixerState& state, i64 B) override;
+  // From an empty cache: the tiled kernel over the whole chunk, then the cache is filled from its keys.
+  void prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) override;
+  // Probes: record attention during step() (nullptr = off).
+  void set_record(AttentionRecord* r) { record_ = r; }
+  i64 n_heads() const { return H_; }
 
   i64 window() const { return window_; }
   i64 effective_window() const;  // window combined with the probe's max span (0 = full)
@@ -35,6 +48,7 @@ class AttentionMixer final : public Mixer {
   // Saved by forward for backward (arena pointers).
   float *qkv_ = nullptr, *qkv_pre_norm_ = nullptr, *qk_rstd_ = nullptr, *o_ = nullptr, *lse_ = nullptr;
   i64 qkv_width() const { return (H_ + 2 * Hkv_) * hd_; }
+  AttentionRecord* record_ = nullptr;
 };
 
 }  // namespace hlm
