@@ -407,6 +407,35 @@ TEST(Dataset, BuildSplitsByDocumentAndReusesCache) {
   expect_error([&] { open_dataset(rebuilt.dir); }, {"meta.json", "vocab_size"});
 }
 
+TEST(Dataset, ConcurrentBuildsOfOneDatasetAgree) {
+  TempDir dir("race");
+  for (int i = 0; i < 30; ++i) write_file(dir / ("src/d" + std::to_string(i) + ".txt"), generated_text(i, 3000));
+  PrepareOptions opt;
+  opt.quiet = true;
+  std::vector<Dataset> got(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        got[t] = prepare_dataset(dir / "src", "byte", dir / "cache", opt);
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(errors[t], "");
+    EXPECT_EQ(got[t].dir, got[0].dir);
+  }
+  TokenShard train(got[0].train_path);
+  EXPECT_EQ(train.n_docs() + TokenShard(got[0].val_path).n_docs(), 30);
+  // No temporary folders are left behind.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir / "cache")) entries += e.is_directory();
+  EXPECT_EQ(entries, 1);
+}
+
 TEST(Dataset, TrainsBpeTokenizerWithTheData) {
   TempDir dir("dsbpe");
   for (int i = 0; i < 12; ++i) write_file(dir / ("src/d" + std::to_string(i) + ".txt"), generated_text(i, 8000));

@@ -183,6 +183,24 @@ void write_shards(const Corpus& corpus, const std::vector<bool>& is_val, const T
   wval.finish();
 }
 
+// Empty when the folder holds a complete dataset of this corpus made this way; else why not.
+std::string stale_reason(const fs::path& dir, const Corpus& corpus, const TokenizerRequest& req,
+                         const PrepareOptions& opt) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "meta.json", ec)) return "no meta.json";
+  try {
+    nlohmann::json m = read_json_file(dir / "meta.json");
+    if (m.value("version", 0) != kMetaVersion) return "an older format";
+    if (m.value("fingerprint", std::string()) != corpus.fingerprint()) return "the source files changed";
+    if (m.value("tokenizer_request", std::string()) != req.canonical) return "another tokenizer";
+    if (m.value("val_fraction", -1.0) != opt.val_fraction) return "another val fraction";
+    if (m.value("recipe", std::string()) != recipe(req, opt)) return "an older recipe";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 Dataset build(const Corpus& corpus, const std::string& data_spec, const TokenizerRequest& req, const fs::path& dir,
               const PrepareOptions& opt) {
   Timer timer;
@@ -200,7 +218,8 @@ Dataset build(const Corpus& corpus, const std::string& data_spec, const Tokenize
     if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
   }
   fs::path tmp = dir;
-  tmp += fmt::format(".tmp-{}-{:x}", ::getpid(), hash64(fmt::format("{}", timer.seconds()), ::getpid()) & 0xffff);
+  static std::atomic<unsigned> build_counter{0};
+  tmp += fmt::format(".tmp-{}-{}", ::getpid(), build_counter++);
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) fail("dataset: cannot create {}: {}", tmp.string(), ec.message());
@@ -279,11 +298,13 @@ Dataset build(const Corpus& corpus, const std::string& data_spec, const Tokenize
     if (!f) fail("dataset: cannot write {}", (tmp / "meta.json").string());
   }
 
+  // Another process (e.g. another rank) may have finished the same build meanwhile: use its folder.
+  if (stale_reason(dir, corpus, req, opt).empty()) return open_dataset(dir.string());
   // Replace a stale folder, or lose the race gracefully to another process that finished first.
   fs::path old;
   if (fs::exists(dir, ec)) {
     old = dir;
-    old += fmt::format(".old-{}", ::getpid());
+    old += fmt::format(".old-{}-{}", ::getpid(), build_counter++);
     fs::rename(dir, old, ec);
     if (ec) old.clear();
   }
@@ -379,24 +400,8 @@ Dataset prepare_dataset(const std::string& data_spec, const std::string& tokeniz
   fs::path dir = fs::absolute(root / (name + "-" + req.tag)).lexically_normal();
 
   if (fs::is_regular_file(dir / "meta.json", ec)) {
-    std::string why;
-    try {
-      nlohmann::json m = read_json_file(dir / "meta.json");
-      if (m.value("version", 0) != kMetaVersion)
-        why = "an older format";
-      else if (m.value("fingerprint", std::string()) != corpus.fingerprint())
-        why = "the source files changed";
-      else if (m.value("tokenizer_request", std::string()) != req.canonical)
-        why = "another tokenizer";
-      else if (m.value("val_fraction", -1.0) != opt.val_fraction)
-        why = "another val fraction";
-      else if (m.value("recipe", std::string()) != recipe(req, opt))
-        why = "an older recipe";
-      else
-        return open_dataset(dir.string());
-    } catch (const Error& e) {
-      why = e.what();
-    }
+    std::string why = stale_reason(dir, corpus, req, opt);
+    if (why.empty()) return open_dataset(dir.string());
     if (!opt.quiet) fmt::print(stderr, "data: rebuilding {} ({})\n", dir.string(), why);
   }
   return build(corpus, data_spec, req, dir, opt);
