@@ -12,6 +12,7 @@
 #include "eval/niah.h"
 #include "eval/ruler.h"
 #include "eval/plot.h"
+#include "eval/ppl.h"
 #include "data/tokenizer.h"
 
 namespace hlm::cli {
@@ -61,41 +62,17 @@ int run_ppl(const PplOpts& o) {
   for (i64 L : lens) {
     if (L < 2) fail("--lengths: {} is too short", L);
     if (L > shard->n_tokens() - 1) fail("{}: only {} validation tokens, fewer than length {}", ds.val_path, shard->n_tokens(), L);
-    data::LoaderOptions lo;
-    lo.batch = static_cast<int>(std::max<i64>(1, o.tokens_per_batch / L));
-    lo.seq_len = static_cast<int>(L);
-    lo.mode = data::SampleMode::kSequential;
-    data::BatchLoader loader(shard, lo);
-    data::Batch b;
-    const int nb = std::max(1, o.buckets);
-    std::vector<double> bsum(nb, 0.0), bcnt(nb, 0.0);
-    std::vector<float> tl;
-    double sum = 0;
-    i64 count = 0;
-    while (count < o.max_tokens && loader.next(b)) {
-      if (b.rows == 0) break;
-      tl.resize(static_cast<size_t>(b.B) * b.T);
-      i64 n = 0;
-      sum += model.forward(b.inputs.data(), b.targets.data(), b.doc_start.data(), b.B, b.T, &n, tl.data());
-      count += n;
-      for (i64 r = 0; r < b.B; ++r)
-        for (i64 t = 0; t < b.T; ++t)
-          if (b.targets[r * b.T + t] >= 0) {
-            const int k = static_cast<int>(t * nb / b.T);
-            bsum[k] += tl[r * b.T + t];
-            bcnt[k] += 1;
-          }
-      if (!o.json)
-        fmt::print(stderr, "\r\033[Keval ppl: length {} | {} tokens | loss {:.4f}", L, count, sum / std::max<i64>(1, count));
-    }
-    if (!o.json) fmt::print(stderr, "\n");
-    if (count == 0) fail("{}: no validation tokens for length {}", ds.val_path, L);
+    PositionLoss pl = loss_by_position(model, shard, L, o.buckets, o.tokens_per_batch, o.max_tokens, !o.json);
+    const int nb = static_cast<int>(pl.bucket_loss.size());
+    const double sum = pl.loss * static_cast<double>(pl.tokens);
+    const i64 count = pl.tokens;
     nlohmann::json buckets = nlohmann::json::array();
     Series se{fmt::format("length {}", L), {}, {}, false};
     for (int k = 0; k < nb; ++k) {
-      const i64 b0 = L * k / nb, b1 = L * (k + 1) / nb;
-      const double bl = bcnt[k] ? bsum[k] / bcnt[k] : NAN;
-      buckets.push_back({{"start", b0}, {"end", b1}, {"loss", bcnt[k] ? nlohmann::json(bl) : nlohmann::json()}, {"tokens", bcnt[k]}});
+      const i64 b0 = pl.bucket_start[k], b1 = pl.bucket_end[k];
+      const double bl = pl.bucket_loss[k];
+      buckets.push_back({{"start", b0}, {"end", b1}, {"loss", pl.bucket_tokens[k] ? nlohmann::json(bl) : nlohmann::json()},
+                         {"tokens", pl.bucket_tokens[k]}});
       se.x.push_back(0.5 * static_cast<double>(b0 + b1));
       se.y.push_back(bl);
     }
