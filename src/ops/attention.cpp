@@ -266,16 +266,56 @@ struct TileMask {
   }
 };
 
-// Asks for n rows of one head (strided 3 KB apart at the bench config, too far apart for the hardware
-// prefetchers) to be brought into L2 while the current tile is being computed.
-inline void prefetch_rows(const float* p, i64 stride, i64 n, i64 hd, bool for_write) {
-  for (i64 r = 0; r < n; ++r)
-    for (i64 d = 0; d < hd; d += 16) {
-      if (for_write)
-        __builtin_prefetch(p + r * stride + d, 1, 2);
+// Rows the next tiles will need (strided 3 KB apart at the bench config, too far apart for the hardware
+// prefetchers), requested a few cache lines at a time between microkernel calls: issued all at once the
+// prefetches stall on the full miss queues instead of overlapping with the arithmetic.
+class Prefetcher {
+ public:
+  void clear() { n_ = cur_ = 0, row_ = off_ = 0; }
+  void add(const float* p, i64 stride, i64 rows, i64 hd, bool for_write) {
+    if (rows > 0 && n_ < 8) r_[n_++] = {reinterpret_cast<const char*>(p), stride * 4, rows, hd * 4, for_write};
+  }
+  void step(int lines) {
+    for (; lines > 0 && cur_ < n_; --lines) {
+      const Range& r = r_[cur_];
+      const char* a = r.p + row_ * r.stride + off_;
+      if (r.write)
+        __builtin_prefetch(a, 1, 2);
       else
-        __builtin_prefetch(p + r * stride + d, 0, 2);
+        __builtin_prefetch(a, 0, 2);
+      if ((off_ += 64) >= r.row_bytes) {
+        off_ = 0;
+        if (++row_ == r.rows) row_ = 0, ++cur_;
+      }
     }
+  }
+  void flush() { step(1 << 30); }
+
+ private:
+  struct Range {
+    const char* p;
+    i64 stride, rows, row_bytes;
+    bool write;
+  };
+  Range r_[8];
+  int n_ = 0, cur_ = 0;
+  i64 row_ = 0, off_ = 0;
+};
+
+// Dot product with 16 partial sums (fixed order, so still deterministic).
+inline float dot(const float* a, const float* b, i64 n) {
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (i64 d = 0; d < n; d += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - d >= 16 ? 0xFFFFu : (1u << (n - d)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + d), _mm512_maskz_loadu_ps(m, b + d), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+#else
+  float acc = 0.f;
+  for (i64 d = 0; d < n; ++d) acc += a[d] * b[d];
+  return acc;
+#endif
 }
 
 // Rows of one head copied to a contiguous [n, hd] block.
@@ -364,6 +404,7 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
     std::vector<char> packed(static_cast<size_t>(nt));
     alignas(64) float m[kTile], l[kTile], alpha[kTile];  // running max (log2 domain), sum, rescale
     TileMask tm;
+    Prefetcher pf;
 #pragma omp for schedule(static, 1)
     for (i64 u = 0; u < n_units; ++u) {
       const i64 seg = u / (B * Hkv), b = (u / Hkv) % B, gh = u % Hkv;
@@ -374,14 +415,23 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
           const int nq = static_cast<int>(std::min<i64>(kTile, T - i0)), nqv = (nq + 15) / 16;
           const int32_t* lo_row = lo + b * T + i0;
           pack_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt);
+          const i64 j_first = lo_row[0] / kTile, j_last = (i0 + nq - 1) / kTile;
+          // This tile's output rows, the next query tile and the next key tile not yet copied.
+          pf.flush();
+          pf.clear();
+          pf.add(o + ((b * T + i0) * H + h) * hd, H * hd, nq, hd, true);
           if (it + nseg < nt)
-            prefetch_rows(q + (b * T + i0 + nseg * kTile) * q_stride + h * hd, q_stride,
-                          std::min<i64>(kTile, T - i0 - nseg * kTile), hd, false);
-          prefetch_rows(o + ((b * T + i0) * H + h) * hd, H * hd, nq, hd, true);
+            pf.add(q + (b * T + i0 + nseg * kTile) * q_stride + h * hd, q_stride,
+                   std::min<i64>(kTile, T - i0 - nseg * kTile), hd, false);
+          if (j_last + 1 < nt && !packed[j_last + 1]) {
+            const i64 k1 = (b * T + (j_last + 1) * kTile) * kv_stride + gh * hd;
+            const i64 n1 = std::min<i64>(kTile, T - (j_last + 1) * kTile);
+            pf.add(k + k1, kv_stride, n1, hd, false);
+            pf.add(v + k1, kv_stride, n1, hd, false);
+          }
           std::fill(m, m + kTile, kNegInf);
           std::fill(l, l + kTile, 0.f);
           std::fill(oacc, oacc + nq * hd, 0.f);
-          const i64 j_first = lo_row[0] / kTile, j_last = (i0 + nq - 1) / kTile;
           for (i64 j = j_first; j <= j_last; ++j) {
             const i64 k0 = j * kTile;
             const int nk = static_cast<int>(std::min<i64>(kTile, T - k0));
@@ -392,16 +442,12 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
               pack_rows(k + (b * T + k0) * kv_stride + gh * hd, kv_stride, nk, hd, kbuf);
               pack_rows(v + (b * T + k0) * kv_stride + gh * hd, kv_stride, nk, hd, vbuf);
               packed[j] = 1;
-              if (j + 1 < nt && !packed[j + 1]) {  // usually the next diagonal tile
-                const i64 n1 = std::min<i64>(kTile, T - k0 - kTile);
-                prefetch_rows(k + (b * T + k0 + kTile) * kv_stride + gh * hd, kv_stride, n1, hd, false);
-                prefetch_rows(v + (b * T + k0 + kTile) * kv_stride + gh * hd, kv_stride, n1, hd, false);
-              }
             }
             // S^T[c0:c0+mc, visible query vectors] = K Q^T
             for (int cb = 0; cb * kRB < nk; ++cb) {
               const int c0 = cb * kRB, mc = std::min(kRB, nk - c0), w0 = tm.w0[cb], w1 = tm.w1[cb];
               if (w0 == w1) continue;
+              pf.step(12);
               mk_table[mc - 1][w1 - w0 - 1](hd, kbuf + c0 * hd, hd, 1, qt + 16 * w0, kTile, st + c0 * kTile + 16 * w0,
                                             kTile, 0xFFFF, false);
             }
@@ -461,6 +507,7 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
             for (int qb = 0; qb * kRB < nq; ++qb) {
               const int r0 = qb * kRB, mr = std::min(kRB, nq - r0), kb = tm.kb[qb], ke = tm.ke[qb];
               if (kb == ke) continue;
+              pf.step(12);
               block(mr, hd, ke - kb, st + kb * kTile + r0, 1, kTile, vbuf + kb * hd, hd, oacc + r0 * hd, hd, true);
             }
           }
@@ -513,6 +560,7 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
     float* dsbuf = scratch(9, kTile * kTile);                    // dP then dS*scale  [64 q, 64 k]
     std::vector<char> packed(static_cast<size_t>(nt));
     TileMask tm;
+    Prefetcher pf;
     float lse2[kTile], Drow[kTile];
 #pragma omp for schedule(static, 1)
     for (i64 u = 0; u < n_units; ++u) {
@@ -531,14 +579,28 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
           pack_rows(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, qbuf);
           pack_rows(dout + (b * T + i0) * o_stride + h * hd, o_stride, nq, hd, dobuf);
           for (int r = 0; r < nq; ++r) {
-            const float* orow = o + (b * T + i0 + r) * o_stride + h * hd;
-            float acc = 0.f;
-            for (i64 d = 0; d < hd; ++d) acc += orow[d] * dobuf[r * hd + d];
-            Drow[r] = acc;
+            Drow[r] = dot(o + (b * T + i0 + r) * o_stride + h * hd, dobuf + r * hd, hd);
             lse2[r] = lse[(b * H + h) * T + i0 + r] * kLog2e;
           }
           std::fill(dqacc, dqacc + nq * hd, 0.f);
           const i64 j_first = lo_row[0] / kTile, j_last = (i0 + nq - 1) / kTile;
+          // This tile's dQ rows, the next query tile of this item and the next key tile not yet copied.
+          pf.flush();
+          pf.clear();
+          pf.add(dq + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, true);
+          const i64 h1 = it + nseg < nt ? h : h + 1, i1 = it + nseg < nt ? i0 + nseg * kTile : seg * kTile;
+          if (h1 < (gh + 1) * hpg) {
+            const i64 n1 = std::min<i64>(kTile, T - i1);
+            pf.add(q + (b * T + i1) * q_stride + h1 * hd, q_stride, n1, hd, false);
+            pf.add(dout + (b * T + i1) * o_stride + h1 * hd, o_stride, n1, hd, false);
+            pf.add(o + (b * T + i1) * o_stride + h1 * hd, o_stride, n1, hd, false);
+          }
+          if (j_last + 1 < nt && !packed[j_last + 1]) {
+            const i64 k1 = (b * T + (j_last + 1) * kTile) * kv_stride + gh * hd;
+            const i64 n1 = std::min<i64>(kTile, T - (j_last + 1) * kTile);
+            pf.add(k + k1, kv_stride, n1, hd, false);
+            pf.add(v + k1, kv_stride, n1, hd, false);
+          }
           for (i64 j = j_first; j <= j_last; ++j) {
             const i64 k0 = j * kTile;
             const int nk = static_cast<int>(std::min<i64>(kTile, T - k0));
@@ -564,6 +626,7 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
                 continue;
               }
               // S = Q K^T and dP = dO V^T on the visible vectors of this row block.
+              pf.step(8);
               mk_table[mr - 1][v1 - v0 - 1](hd, qbuf + r0 * hd, hd, 1, ktp + 16 * v0, kTile, prow0 + 16 * v0, kTile,
                                             0xFFFF, false);
               mk_table[mr - 1][v1 - v0 - 1](hd, dobuf + r0 * hd, hd, 1, vtp + 16 * v0, kTile, dsrow0 + 16 * v0, kTile,
@@ -610,6 +673,7 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
                 if (tm.ql[c] <= tm.qh[c]) ra = std::min(ra, tm.ql[c]), rz = std::max(rz, tm.qh[c]);
               if (rz < 0) continue;
               const i64 nr = rz - ra + 1;
+              pf.step(8);
               block(mc, hd, nr, pbuf + ra * kTile + c0, 1, kTile, dobuf + ra * hd, hd, dvacc + (k0 + c0) * hd, hd,
                     true);
               block(mc, hd, nr, dsbuf + ra * kTile + c0, 1, kTile, qbuf + ra * hd, hd, dkacc + (k0 + c0) * hd, hd,
@@ -622,6 +686,10 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
       }
       if (nseg == 1)
         for (i64 t = 0; t < T; ++t) {
+          if (t + 8 < T) {
+            __builtin_prefetch(dk + (b * T + t + 8) * kv_stride + gh * hd, 1, 2);
+            __builtin_prefetch(dv + (b * T + t + 8) * kv_stride + gh * hd, 1, 2);
+          }
           std::memcpy(dk + (b * T + t) * kv_stride + gh * hd, dkacc + t * hd, hd * sizeof(float));
           std::memcpy(dv + (b * T + t) * kv_stride + gh * hd, dvacc + t * hd, hd * sizeof(float));
         }
