@@ -1,16 +1,17 @@
 // Causal softmax attention (flash style). Derivation, tiling and measured speed: docs/attention.md.
 //
-// Forward: one work item per (b, h, query tile of 64 rows). For each key tile in the band it computes
-// S = Q K^T, folds it into a running max / sum per row (online softmax) and accumulates O += P V.
-// Backward (flash-attention-2 algebra, recomputing P from q, k and the saved lse): one work item per
-// (b, kv head, segment of key tiles). It owns dK/dV of its key tiles (summed over the query heads of the
-// group inside the item, fixed order) and adds dS K into dQ. With one segment per (b, kv head) the item
-// owns all dQ rows of its heads; with several, each segment writes a private dQ partial and the partials
-// are summed in segment order. No atomics, and the split depends on the shape only, so results are
-// bitwise reproducible whatever the thread count.
+// Both passes split the work into items (b, kv head, segment of 64-row query tiles) that handle all query
+// heads of the group, so each K/V tile is packed once per item.
+// Forward: per query tile and each key tile in the band, S^T = K Q^T, an online softmax (running max and
+// sum per query, log2 domain) and O += P V; lse is saved.
+// Backward (flash-attention-2 algebra, P recomputed from q, k and lse): per query tile and key tile,
+// S, dP = dO V^T, dS = P (dP - D); dQ accumulates in a tile buffer, dK/dV for the whole row in the item
+// (summed over the group's heads). With several segments per (b, kv head), dK/dV partials are summed in
+// segment order afterwards. No atomics, and the split depends on the shape only, so results are bitwise
+// reproducible whatever the thread count.
 //
-// Within a tile pair, rows go in blocks of 4 and keys in vectors of 16: a row block only computes the
-// 16-key vectors its rows can see (diagonal and window edges), and elementwise masking is per row range.
+// Within a tile pair, rows go in blocks of 4 and the other side in vectors of 16: a block only computes
+// the vectors its rows can see (diagonal and window edges); elementwise masking uses per-row ranges.
 #include "ops/attention.h"
 
 #include <omp.h>
@@ -38,7 +39,7 @@ namespace {
 
 constexpr int kTile = 64;      // query and key tile size
 constexpr int kRB = 4;         // rows per register block
-constexpr i64 kMinItems = 32;  // backward work items wanted per call (see nseg)
+constexpr i64 kMinItems = 32;  // work items wanted per call (see nseg)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -178,6 +179,20 @@ inline __m512 exp2_masked(__m512 x, __mmask16 valid) {
   return _mm512_maskz_scalef_ps(valid, p, n);
 }
 #endif
+
+// ---- work split -------------------------------------------------------------------------------------
+// Query tiles are dealt to nseg segments in zig-zag order (0 1 .. n-1 n-1 .. 1 0 0 1 ..), so with causal
+// rows (tile i costs ~ i + 1) every segment gets about the same work.
+inline i64 seg_of(i64 it, i64 nseg) {
+  const i64 r = it % (2 * nseg);
+  return r < nseg ? r : 2 * nseg - 1 - r;
+}
+// The segment's first query tile after `it` (nt when none).
+inline i64 next_tile(i64 it, i64 seg, i64 nseg, i64 nt) {
+  for (++it; it < nt; ++it)
+    if (seg_of(it, nseg) == seg) return it;
+  return nt;
+}
 
 // ---- shapes and masks -------------------------------------------------------------------------------
 struct Geom {
@@ -388,7 +403,7 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
   // Scores are computed transposed, S^T = K Q^T [keys, queries]: K rows are used as they are stored and
   // only the query tile is transposed. The softmax statistics then run down the key rows with 16 queries
   // per vector.
-  // Work item = (b, kv head, segment of query tiles: tile i goes to segment i % nseg), all query heads of
+  // Work item = (b, kv head, segment of query tiles, see seg_of), all query heads of
   // the group, so each K/V tile is copied to contiguous rows once per item (rows of a fused qkv buffer sit
   // 3 KB apart at the bench config and share a few L1 sets, which costs the microkernel ~40%).
   const i64 nseg = std::clamp<i64>((kMinItems + B * Hkv - 1) / (B * Hkv), 1, nt);
@@ -410,7 +425,7 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
       const i64 seg = u / (B * Hkv), b = (u / Hkv) % B, gh = u % Hkv;
       std::fill(packed.begin(), packed.end(), 0);
       for (i64 h = gh * g.hpg; h < (gh + 1) * g.hpg; ++h) {
-        for (i64 it = seg; it < nt; it += nseg) {
+        for (i64 it = next_tile(-1, seg, nseg, nt); it < nt; it = next_tile(it, seg, nseg, nt)) {
           const i64 i0 = it * kTile;
           const int nq = static_cast<int>(std::min<i64>(kTile, T - i0)), nqv = (nq + 15) / 16;
           const int32_t* lo_row = lo + b * T + i0;
@@ -420,9 +435,9 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
           pf.flush();
           pf.clear();
           pf.add(o + ((b * T + i0) * H + h) * hd, H * hd, nq, hd, true);
-          if (it + nseg < nt)
-            pf.add(q + (b * T + i0 + nseg * kTile) * q_stride + h * hd, q_stride,
-                   std::min<i64>(kTile, T - i0 - nseg * kTile), hd, false);
+          if (const i64 it1 = next_tile(it, seg, nseg, nt); it1 < nt)
+            pf.add(q + (b * T + it1 * kTile) * q_stride + h * hd, q_stride, std::min<i64>(kTile, T - it1 * kTile), hd,
+                   false);
           if (j_last + 1 < nt && !packed[j_last + 1]) {
             const i64 k1 = (b * T + (j_last + 1) * kTile) * kv_stride + gh * hd;
             const i64 n1 = std::min<i64>(kTile, T - (j_last + 1) * kTile);
@@ -535,7 +550,7 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
   const int32_t* lo = first_keys("attention_backward", g, doc_start);
   const float c2 = g.scale * kLog2e, scale = g.scale;
 
-  // Work item = (b, kv head, segment of query tiles: tile i goes to segment i % nseg). An item keeps dK, dV
+  // Work item = (b, kv head, segment of query tiles, see seg_of). An item keeps dK, dV
   // of the whole row [T, hd] (summing over the query heads of its group) and each query tile's dQ [64, hd]
   // on its own. With nseg > 1, items write dK/dV partials [nseg, B, Hkv, T, hd] that are summed afterwards
   // in segment order. nseg depends on the shape only: results are bitwise equal for any thread count.
@@ -571,7 +586,7 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
       std::fill(dvacc, dvacc + T * hd, 0.f);
       std::fill(packed.begin(), packed.end(), 0);
       for (i64 h = gh * hpg; h < (gh + 1) * hpg; ++h) {
-        for (i64 it = seg; it < nt; it += nseg) {
+        for (i64 it = next_tile(-1, seg, nseg, nt); it < nt; it = next_tile(it, seg, nseg, nt)) {
           const i64 i0 = it * kTile;
           const int nq = static_cast<int>(std::min<i64>(kTile, T - i0));
           const int32_t* lo_row = lo + b * T + i0;
@@ -588,7 +603,8 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
           pf.flush();
           pf.clear();
           pf.add(dq + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, true);
-          const i64 h1 = it + nseg < nt ? h : h + 1, i1 = it + nseg < nt ? i0 + nseg * kTile : seg * kTile;
+          const i64 it1 = next_tile(it, seg, nseg, nt);
+          const i64 h1 = it1 < nt ? h : h + 1, i1 = (it1 < nt ? it1 : next_tile(-1, seg, nseg, nt)) * kTile;
           if (h1 < (gh + 1) * hpg) {
             const i64 n1 = std::min<i64>(kTile, T - i1);
             pf.add(q + (b * T + i1) * q_stride + h1 * hd, q_stride, n1, hd, false);
