@@ -8,6 +8,7 @@ std::vector<Command> all_commands(CLI::App& app) {
   cmds.push_back(register_eval(app));
   cmds.push_back(register_bench(app));
   cmds.push_back(register_generate(app));
+  cmds.push_back(register_probe(app));
   cmds.push_back(register_tokenizer(app));
   return cmds;
 }

@@ -19,6 +19,7 @@ Command register_train(CLI::App& app);
 Command register_eval(CLI::App& app);
 Command register_bench(CLI::App& app);
 Command register_generate(CLI::App& app);
+Command register_probe(CLI::App& app);
 Command register_tokenizer(CLI::App& app);
 
 }  // namespace hlm::cli

@@ -1,0 +1,36 @@
+#pragma once
+// Mechanism probes: receptive-field restriction per layer type, retrieval-head scores (Wu et al.) per
+// (layer, head) during needle copying, and attention maps.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/niah.h"
+#include "model/model.h"
+
+namespace hlm {
+
+// "full" -> layers with letter F; "efficient" -> every other layer (S, L, M, G); "layer:i,j" -> those;
+// "none" -> no layer. hlm::Error for anything else or a layer index out of range.
+std::vector<i64> restricted_layers(const ModelConfig& cfg, const std::string& spec);
+// Caps how far back the given layers see (0 = uncapped); every other layer is uncapped.
+void apply_max_span(Model& model, const std::vector<i64>& layers, i64 span);
+
+// Retrieval scores [layer][head] (NaN rows for layers without softmax attention) averaged over the NIAH
+// cases whose answer was retrieved (at least half of the value's tokens generated); see docs/probes.md.
+struct RetrievalScores {
+  std::vector<std::vector<double>> score;  // [layer][head]
+  std::vector<char> is_attention;          // per layer
+  int cases = 0, kept = 0;
+  double accuracy = 0;  // NIAH exact-match accuracy over the cases
+};
+RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, const Haystack& hay,
+                                      const std::vector<i64>& lengths, const std::vector<double>& depths, int samples,
+                                      std::uint64_t seed, bool progress);
+
+// The attention of one head of one attention layer while the model reads `tokens` (B = 1, token by token):
+// probs[i][j] = weight of query i on key j (0 for j > i or outside the window).
+std::vector<std::vector<double>> attention_map(Model& model, const std::vector<int32_t>& tokens, i64 layer, i64 head);
+
+}  // namespace hlm
