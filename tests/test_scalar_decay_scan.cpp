@@ -562,6 +562,14 @@ TEST(ScalarDecayScan, SavedStatesWorkspaceAndThreadCountGiveIdenticalBits) {
     EXPECT_EQ(a.dg, r->dg);
     EXPECT_EQ(a.dinit, r->dinit);
   }
+  // With saved states the backward does not need a.initial_state again (slot 0 holds it).
+  ScanRun<float> noinit(d);
+  noinit.a.initial_state = nullptr;
+  noinit.states = a.states;
+  noinit.backward(d, true, dout, dfin);
+  EXPECT_EQ(a.dq, noinit.dq);
+  EXPECT_EQ(a.dg, noinit.dg);
+  EXPECT_EQ(a.dinit, noinit.dinit);
   // One thread gives the same bits (no task reduces into another's output).
   const int nt = omp_get_max_threads();
   omp_set_num_threads(1);

@@ -610,7 +610,8 @@ void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> c
             const Real* Sc = states + (bh * NC + c) * KV;
             const Real* dS = dSo + (bh * NC + c) * KV;
             const bool dS_zero = c == NC - 1 && !d_final_state;
-            const bool S_zero = c == 0 && !G.init;
+            // Saved states are trusted as given (slot 0 holds the initial state even if a.initial_state is unset).
+            const bool S_zero = c == 0 && !G.init && !chunk_states;
             double* dgam = sc.dgam.data();
             std::fill(dgam, dgam + n, 0.0);
 

@@ -81,8 +81,9 @@ template <typename Real>
 void scalar_decay_chunked_forward(const ScalarDecayArgsT<Real>& a, SdOut<Real> o, SdOut<Real> final_state,
                                   SdOut<Real> chunk_states);
 
-// Same gradient outputs as the recurrent backward. chunk_states: as written by the forward, or nullptr to
-// recompute them. workspace: scalar_decay_backward_workspace_size(a) elements, or nullptr for an internal one.
+// Same gradient outputs as the recurrent backward. chunk_states: as written by the forward (slot 0 already
+// holds the initial state, so a.initial_state only matters when recomputing), or nullptr to recompute them.
+// workspace: scalar_decay_backward_workspace_size(a) elements, or nullptr for an internal one.
 template <typename Real>
 void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> chunk_states, SdIn<Real> dout,
                                    SdIn<Real> d_final_state, SdOut<Real> dq, SdOut<Real> dk, SdOut<Real> dv,
