@@ -1,4 +1,4 @@
-#include "eval/haystack.h"
+#include "data/haystack.h"
 
 #include "core/error.h"
 

@@ -6,22 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/haystack.h"
+#include "data/niah_task.h"
 #include "model/model.h"
 
 namespace hlm {
-
-struct NiahCase {
-  std::vector<int32_t> prompt;  // exactly `length` tokens
-  std::string key, value;       // the expected answer is `value`
-  i64 value_begin = 0, value_end = 0;  // token span of the value inside the prompt (retrieval-head probe)
-  i64 length = 0;
-  double depth = 0;
-  i64 max_new_tokens = 0;
-};
-
-// Throws hlm::Error when `length` is too short for the needle and the question.
-NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng);
 
 // 1 when the first number in `prediction` equals `value` exactly (leading spaces ignored), else 0.
 double niah_score(const std::string& prediction, const std::string& value);

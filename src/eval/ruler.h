@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/haystack.h"
+#include "data/haystack.h"
 #include "model/model.h"
 
 namespace hlm {

@@ -1,0 +1,42 @@
+#include "data/niah_task.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace hlm {
+
+NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng) {
+  NiahCase c;
+  c.length = length;
+  c.depth = depth;
+  c.key = random_key(rng);
+  c.value = random_number(rng);
+  // Encoded piece by piece so the value's token span inside the prompt is known exactly.
+  auto prefix = tok.encode("A special magic number is hidden in the following text. Remember it.\n");
+  auto n_pre = tok.encode("\nThe special magic number for " + c.key + " is:");
+  auto n_val = tok.encode(" " + c.value);
+  auto n_post = tok.encode(".\n");
+  auto question = tok.encode("\nWhat is the special magic number for " + c.key + "? The special magic number for " +
+                             c.key + " is:");
+  const i64 fixed = static_cast<i64>(prefix.size() + n_pre.size() + n_val.size() + n_post.size() + question.size());
+  const i64 hay_len = length - fixed;
+  if (hay_len < 0)
+    fail("niah: length {} is too short for the needle and question ({} tokens with this tokenizer)", length, fixed);
+  std::vector<int32_t> h = hay.take(hay_len, rng);
+  const i64 at = std::min<i64>(hay_len, static_cast<i64>(std::floor(depth * static_cast<double>(hay_len))));
+  auto& p = c.prompt;
+  p.insert(p.end(), prefix.begin(), prefix.end());
+  p.insert(p.end(), h.begin(), h.begin() + at);
+  p.insert(p.end(), n_pre.begin(), n_pre.end());
+  c.value_begin = static_cast<i64>(p.size());
+  p.insert(p.end(), n_val.begin(), n_val.end());
+  c.value_end = static_cast<i64>(p.size());
+  p.insert(p.end(), n_post.begin(), n_post.end());
+  p.insert(p.end(), h.begin() + at, h.end());
+  p.insert(p.end(), question.begin(), question.end());
+  c.max_new_tokens = static_cast<i64>(n_val.size()) + 3;
+  return c;
+}
+
+}  // namespace hlm

@@ -1,0 +1,24 @@
+#pragma once
+// Needle-in-a-haystack prompts (a generator, used by evaluation, probes and NIAH-mixed training): a
+// key-value sentence "The special magic number for {key} is: {value}." at a chosen depth of a haystack,
+// followed by the question, in exactly `length` tokens.
+#include <string>
+#include <vector>
+
+#include "data/haystack.h"
+
+namespace hlm {
+
+struct NiahCase {
+  std::vector<int32_t> prompt;  // exactly `length` tokens
+  std::string key, value;       // the expected answer is `value`
+  i64 value_begin = 0, value_end = 0;  // token span of the value inside the prompt (retrieval-head probe)
+  i64 length = 0;
+  double depth = 0;
+  i64 max_new_tokens = 0;
+};
+
+// Throws hlm::Error when `length` is too short for the needle and the question.
+NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng);
+
+}  // namespace hlm
