@@ -11,6 +11,10 @@
 #include "train/checkpoint.h"
 #include "train/data_stream.h"
 #include "train/trainer.h"
+#include "train/niah_mix.h"
+#include "data/tokenizer.h"
+#include "eval/longppl.h"
+#include "eval/niah.h"
 
 namespace hlm::cli {
 
@@ -24,6 +28,9 @@ Command register_train(CLI::App& app) {
     bool resume = false, json = false, check_numerics = false, quiet = false;
     TrainConfig t;
     int threads = 0;
+    double mix_niah = 0;
+    std::string mix_haystack = "corpus";
+    std::vector<std::string> evals;
   };
   auto o = std::make_shared<Opts>();
   o->t.schedule.warmup = -1;
@@ -53,6 +60,11 @@ Command register_train(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", o->t.seed, "seed for init and data order")->capture_default_str();
   sub->add_option("--out", o->out, "run folder: checkpoints, config.json, run.json, metrics.jsonl");
+  sub->add_option("--mix-niah", o->mix_niah, "fraction of training rows replaced by NIAH sequences (0..1)")
+      ->capture_default_str();
+  sub->add_option("--mix-haystack", o->mix_haystack, "haystack of mixed-in NIAH rows: corpus | noise")
+      ->capture_default_str();
+  sub->add_option("--eval", o->evals, "extra evaluations at each eval step: longppl, niah")->delimiter(',');
   sub->add_flag("--resume", o->resume, "continue the run in --out from its latest checkpoint");
   sub->add_flag("--json", o->json, "print a JSON summary on stdout");
   sub->add_flag("--check-numerics", o->check_numerics, "stop at the first non-finite tensor and name it");
@@ -94,6 +106,8 @@ Command register_train(CLI::App& app) {
                 t.schedule.decay_fraction = rt.value("decay_fraction", t.schedule.decay_fraction);
                 t.adamw.weight_decay = rt.value("weight_decay", t.adamw.weight_decay);
                 t.adamw.grad_clip = rt.value("grad_clip", t.adamw.grad_clip);
+                o->mix_niah = rt.value("mix_niah", o->mix_niah);
+                o->mix_haystack = rt.value("mix_haystack", o->mix_haystack);
               }
               if (o->model.given()) fmt::print(stderr, "note: --resume uses the checkpoint's model config; "
                                                        "--preset/--config/--set are ignored\n");
@@ -137,14 +151,61 @@ Command register_train(CLI::App& app) {
               run["data"] = data_spec;
               run["dataset_dir"] = ds.dir;
               run["tokenizer"] = ds.tokenizer_spec;
-              run["train"] = {{"steps", t.steps}, {"batch", t.batch}, {"seq_len", t.seq_len},
+              run["train"] = {{"mix_niah", o->mix_niah}, {"mix_haystack", o->mix_haystack}, {"steps", t.steps}, {"batch", t.batch}, {"seq_len", t.seq_len},
                               {"grad_accum", t.grad_accum}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
                               {"warmup", t.schedule.warmup}, {"decay_fraction", t.schedule.decay_fraction},
                               {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.adamw.grad_clip},
                               {"seed", t.seed}};
               write_file_atomic((fs::path(o->out) / "run.json").string(), run.dump(2) + "\n");
             }
-            Trainer trainer(model, t, train, &val);
+            auto tok = data::load_tokenizer(ds.tokenizer_spec);
+            std::unique_ptr<Haystack> mix_hay;
+            std::unique_ptr<NiahMixStream> mixed;
+            if (o->mix_niah < 0 || o->mix_niah > 1) fail("--mix-niah must be in [0, 1], got {}", o->mix_niah);
+            if (o->mix_niah > 0) {
+              if (o->mix_haystack == "noise") mix_hay = std::make_unique<Haystack>(*tok);
+              else if (o->mix_haystack == "corpus") mix_hay = std::make_unique<Haystack>(train_shard, *tok);
+              else fail("--mix-haystack must be corpus or noise, got '{}'", o->mix_haystack);
+              mixed = std::make_unique<NiahMixStream>(train, *tok, *mix_hay, o->mix_niah, t.seed ^ 0x5eedULL);
+            }
+            Trainer trainer(model, t, mixed ? static_cast<BatchStream&>(*mixed) : train, &val);
+            // Extra evaluations logged with each validation row (scaling fits read them from metrics.jsonl).
+            bool want_longppl = false, want_niah = false;
+            for (auto& e : o->evals) {
+              if (e == "longppl") want_longppl = true;
+              else if (e == "niah") want_niah = true;
+              else fail("--eval: unknown evaluation '{}' (longppl, niah)", e);
+            }
+            std::vector<std::vector<int32_t>> lp_docs;
+            LongPplConfig lpc;
+            if (want_longppl) {
+              lp_docs = long_documents(*val_shard, t.seq_len, 4);
+              lpc.trunc_len = std::max<i64>(1, t.seq_len / 4);
+              lpc.block = std::max<i64>(1, t.seq_len / 8);
+            }
+            auto noise = std::make_unique<Haystack>(*tok);
+            if (want_longppl || want_niah) {
+              trainer.set_eval_hook([&, want_longppl, want_niah](Model& m, long) {
+                nlohmann::json extra = nlohmann::json::object();
+                if (want_longppl) {
+                  auto sc = model_scorer(m);
+                  auto r = run_longppl(sc, sc, lp_docs, lpc);
+                  extra["longppl"] = r["longppl"];
+                  extra["log_longppl"] = r["log_longppl"];
+                  extra["longppl_key_tokens"] = r["key_tokens"];
+                }
+                if (want_niah) {
+                  NiahGridConfig nc;
+                  nc.lengths = {t.seq_len};
+                  nc.depths = {0.1, 0.5, 0.9};
+                  nc.samples = 2;
+                  nc.progress = false;
+                  extra["niah_accuracy"] = run_niah_grid(m, *tok, *noise, nc)["mean"];
+                }
+                m.plan(t.batch, t.seq_len);
+                return extra;
+              });
+            }
             trainer.set_run_info({{"data", data_spec}, {"tokenizer", ds.tokenizer_spec}});
             if (o->resume) {
               trainer.resume(ckpt);

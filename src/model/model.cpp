@@ -81,7 +81,9 @@ void Model::plan(i64 B, i64 T, bool allow_longer) {
   floats += 2 * (N * D + pad) + 2 * (N + pad);  // final x, norm, rstd, lse
   // Backward temporaries: d_residual x2, dnorm, da, dgu, + the largest mixer scratch.
   floats += 3 * (N * D + pad) + N * F + N * 2 * F + 2 * pad + scratch;
-  arena_.reserve(static_cast<std::size_t>(floats) * sizeof(float));
+  // Grow only: evaluation at another shape between training steps must not re-fault the arena.
+  if (arena_.capacity() < static_cast<std::size_t>(floats) * sizeof(float))
+    arena_.reserve(static_cast<std::size_t>(floats) * sizeof(float));
   plan_B_ = B;
   plan_T_ = T;
 }

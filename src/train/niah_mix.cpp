@@ -1,0 +1,30 @@
+#include "train/niah_mix.h"
+
+#include "core/error.h"
+
+namespace hlm {
+
+void NiahMixStream::next(Batch& b) {
+  base_.next(b);
+  const std::uint64_t k = counter_++;
+  const i64 T = b.T;
+  for (i64 r = 0; r < b.B; ++r) {
+    Rng rng(seed_ ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ (0xbf58476d1ce4e5b9ULL * static_cast<std::uint64_t>(r + 1)));
+    if (rng.uniform() >= fraction_) continue;
+    const i64 reserve = 24;  // room for the answer; the rest after it is haystack
+    NiahCase c = make_niah_case(tok_, hay_, T + 1 - reserve, rng.uniform(), rng);
+    std::vector<int32_t> seq = c.prompt;
+    auto ans = tok_.encode(" " + c.value + ".\n");
+    seq.insert(seq.end(), ans.begin(), ans.end());
+    if (static_cast<i64>(seq.size()) > T + 1) seq.resize(static_cast<size_t>(T + 1));
+    auto tail = hay_.take(T + 1 - static_cast<i64>(seq.size()), rng);
+    seq.insert(seq.end(), tail.begin(), tail.end());
+    for (i64 t = 0; t < T; ++t) {
+      b.inputs[r * T + t] = seq[t];
+      b.targets[r * T + t] = seq[t + 1];
+      if (!b.doc_start.empty()) b.doc_start[r * T + t] = 0;
+    }
+  }
+}
+
+}  // namespace hlm

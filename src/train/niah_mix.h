@@ -1,0 +1,31 @@
+#pragma once
+// Mixes needle-in-a-haystack sequences into a training stream: each row is, with probability `fraction`,
+// replaced by a NIAH prompt followed by its answer (" {value}.") and more haystack, exactly T+1 tokens.
+// This is how a small model is taught retrieval so retrieval heads can form (issue: Large-Window Laziness).
+// Deterministic: the choice and content of row r of the k-th batch depend only on (seed, k, r).
+#include "data/niah_task.h"
+#include "train/trainer.h"
+
+namespace hlm {
+
+class NiahMixStream final : public BatchStream {
+ public:
+  NiahMixStream(BatchStream& base, const data::Tokenizer& tok, const Haystack& hay, double fraction,
+                std::uint64_t seed)
+      : base_(base), tok_(tok), hay_(hay), fraction_(fraction), seed_(seed) {}
+  void next(Batch& b) override;
+  nlohmann::json state() const override { return {{"base", base_.state()}, {"niah_batches", counter_}}; }
+  void set_state(const nlohmann::json& s) override {
+    base_.set_state(s.at("base"));
+    counter_ = s.at("niah_batches").get<std::uint64_t>();
+  }
+
+ private:
+  BatchStream& base_;
+  const data::Tokenizer& tok_;
+  const Haystack& hay_;
+  double fraction_;
+  std::uint64_t seed_, counter_ = 0;
+};
+
+}  // namespace hlm
