@@ -342,6 +342,37 @@ TEST(Shard, TruncatedOrLyingHeaderNamesFileAndField) {
   expect_error([&] { TokenShard s(dir / "missing.tok"); }, {"missing.tok"});
 }
 
+// Mutation fuzzing of the parser: random header bytes and random lengths must give either a shard
+// whose every token can be read or an hlm::Error; never a crash or an out-of-bounds read.
+TEST(Shard, RandomCorruptionIsAnErrorOrAValidShard) {
+  TempDir dir("fuzz");
+  std::vector<std::int32_t> toks = arange(64);
+  write_shard(dir / "base.tok", toks.data(), toks.size(), 300, 0, 2);
+  const std::string base = slurp(dir / "base.tok");
+  Rng r(2024);
+  int errors = 0, ok = 0;
+  for (int it = 0; it < 150; ++it) {
+    std::string b = base;
+    int flips = 1 + static_cast<int>(r.below(4));
+    for (int f = 0; f < flips; ++f) b[r.below(64)] = static_cast<char>(r.below(256));
+    if (r.below(3) == 0) b.resize(r.below(b.size() + 1));
+    std::string p = dir / "fuzz.tok";
+    write_file(p, b);
+    try {
+      TokenShard s(p);
+      std::vector<std::int32_t> all(static_cast<size_t>(s.n_tokens()));
+      s.read(0, s.n_tokens(), all.data());
+      for (auto t : all) ASSERT_LT(t, s.vocab_size());
+      ++ok;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("fuzz.tok"), std::string::npos) << e.what();
+      ++errors;
+    }
+  }
+  EXPECT_GT(errors, 40);
+  EXPECT_GT(ok, 0);  // flips of the reserved bytes are harmless
+}
+
 // ---------------------------------------------------------------------------------------------- datasets
 
 TEST(Dataset, BuildSplitsByDocumentAndReusesCache) {
