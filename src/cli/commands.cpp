@@ -10,6 +10,8 @@ std::vector<Command> all_commands(CLI::App& app) {
   cmds.push_back(register_generate(app));
   cmds.push_back(register_probe(app));
   cmds.push_back(register_tokenizer(app));
+  cmds.push_back(register_scaling(app));
+  cmds.push_back(register_sweep(app));
   return cmds;
 }
 

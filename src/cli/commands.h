@@ -21,5 +21,7 @@ Command register_bench(CLI::App& app);
 Command register_generate(CLI::App& app);
 Command register_probe(CLI::App& app);
 Command register_tokenizer(CLI::App& app);
+Command register_scaling(CLI::App& app);
+Command register_sweep(CLI::App& app);
 
 }  // namespace hlm::cli
