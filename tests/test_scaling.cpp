@@ -24,13 +24,21 @@ using namespace hlm::scaling;
 
 namespace {
 
+// A scratch folder per test process, removed at exit (kept when HLM_KEEP_TEST_FILES is set).
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() : path(fs::temp_directory_path() / ("hlm_scaling_test_" + std::to_string(::getpid()))) {
+    fs::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!std::getenv("HLM_KEEP_TEST_FILES")) fs::remove_all(path, ec);
+  }
+};
+
 const fs::path& tmp_dir() {
-  static fs::path p = [] {
-    fs::path d = fs::temp_directory_path() / ("hlm_scaling_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return p;
+  static ScratchDir d;
+  return d.path;
 }
 
 struct Result {
