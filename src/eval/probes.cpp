@@ -44,6 +44,22 @@ void apply_max_span(Model& model, const std::vector<i64>& layers, i64 span) {
   for (i64 l : layers) model.mixer(l).set_max_span(span);
 }
 
+std::vector<double> retrieval_scores_for_case(const std::vector<std::vector<i64>>& top1,
+                                              const std::vector<int32_t>& generated,
+                                              const std::vector<int32_t>& prompt, i64 begin, i64 end) {
+  HLM_CHECK(top1.size() == generated.size(), "retrieval score: {} steps of attention but {} generated tokens",
+            top1.size(), generated.size());
+  const size_t heads = top1.empty() ? 0 : top1[0].size();
+  std::vector<double> score(heads, 0.0);
+  const double w = end > begin ? 1.0 / static_cast<double>(end - begin) : 0.0;
+  for (size_t k = 0; k < top1.size(); ++k)
+    for (size_t h = 0; h < heads; ++h) {
+      const i64 p = top1[k][h];
+      if (p >= begin && p < end && p < static_cast<i64>(prompt.size()) && prompt[p] == generated[k]) score[h] += w;
+    }
+  return score;
+}
+
 RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, const Haystack& hay,
                                       const std::vector<i64>& lengths, const std::vector<double>& depths, int samples,
                                       std::uint64_t seed, bool progress) {
@@ -73,7 +89,7 @@ RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, 
         if (P > 1) model.prefill(c.prompt.data(), 1, P - 1, st, nullptr);
         for (i64 l = 0; l < NL; ++l)
           if (attn[l]) attn[l]->set_record(&rec[l]);
-        std::vector<std::vector<double>> case_score(r.score.size(), std::vector<double>(static_cast<size_t>(max_heads), 0.0));
+        std::vector<std::vector<std::vector<i64>>> top1(static_cast<size_t>(NL));  // [layer][step][head]
         const double span = static_cast<double>(c.value_end - c.value_begin);
         int32_t tok_in = c.prompt.back();
         std::vector<int32_t> out;
@@ -81,13 +97,8 @@ RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, 
           model.decode_step(&tok_in, st, logits.data());
           const int32_t y = argmax(logits.data(), V);
           out.push_back(y);
-          for (i64 l = 0; l < NL; ++l) {
-            if (!attn[l]) continue;
-            for (i64 h = 0; h < attn[l]->n_heads(); ++h) {
-              const i64 p = rec[l].top1[h];
-              if (p >= c.value_begin && p < c.value_end && c.prompt[p] == y) case_score[l][h] += 1.0 / span;
-            }
-          }
+          for (i64 l = 0; l < NL; ++l)
+            if (attn[l]) top1[l].push_back(rec[l].top1);
           tok_in = y;
         }
         for (i64 l = 0; l < NL; ++l)
@@ -105,8 +116,10 @@ RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, 
         if (hit * 2 > static_cast<int>(span)) {
           ++r.kept;
           for (i64 l = 0; l < NL; ++l)
-            if (attn[l])
-              for (i64 h = 0; h < max_heads; ++h) r.score[l][h] += case_score[l][h];
+            if (attn[l]) {
+              auto sc = retrieval_scores_for_case(top1[l], out, c.prompt, c.value_begin, c.value_end);
+              for (size_t h = 0; h < sc.size(); ++h) r.score[l][h] += sc[h];
+            }
         }
         if (progress)
           fmt::print(stderr, "\r\033[Kretrieval heads: case {}/{} | kept {} | accuracy {:.2f}", r.cases, total, r.kept,

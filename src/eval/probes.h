@@ -25,6 +25,13 @@ struct RetrievalScores {
   int cases = 0, kept = 0;
   double accuracy = 0;  // NIAH exact-match accuracy over the cases
 };
+// One test's retrieval score per head (Wu et al.): at decode step k, head h scores 1/(end - begin) when
+// its most-attended position top1[k][h] lies in the needle span [begin, end) and the token generated at
+// that step equals the prompt token there (a copy-paste event).
+std::vector<double> retrieval_scores_for_case(const std::vector<std::vector<i64>>& top1,
+                                              const std::vector<int32_t>& generated,
+                                              const std::vector<int32_t>& prompt, i64 begin, i64 end);
+
 RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, const Haystack& hay,
                                       const std::vector<i64>& lengths, const std::vector<double>& depths, int samples,
                                       std::uint64_t seed, bool progress);
