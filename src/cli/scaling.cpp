@@ -224,7 +224,7 @@ int run_fit(const FitOpts& o) {
     gj["n_points"] = fc.size();
     std::string text = fmt::format("{}: {} run{}, {} {} point{} for L(C)\n", g.name, g.runs.size(),
                                    g.runs.size() == 1 ? "" : "s", fc.size(), o.points, fc.size() == 1 ? "" : "s");
-    point_sets.push_back({g.name + " (data)", fc, fy, true});
+    point_sets.push_back({g.name + " (data)", fc, fy, true, static_cast<int>(&g - groups.data())});
     if (distinct_c.size() < 3) {
       gj["power_law"] = nullptr;
       gj["power_law_skipped"] = fmt::format("{} distinct compute values, need 3", distinct_c.size());
@@ -270,6 +270,7 @@ int run_fit(const FitOpts& o) {
         line.x.push_back(c);
         line.y.push_back(pl.predict(c));
       }
+      line.color = static_cast<int>(&g - groups.data());
       fit_lines.push_back(line);
     }
 

@@ -103,7 +103,7 @@ void write_line_plot(const LinePlot& p, const std::string& path) {
                    (Tm + H - Bm) / 2, esc(p.ylabel + (p.log_y ? " (log)" : "")));
   for (size_t k = 0; k < p.series.size(); ++k) {
     const auto& se = p.series[k];
-    const char* c = kColors[k % 10];
+    const char* c = kColors[(se.color >= 0 ? static_cast<size_t>(se.color) : k) % 10];
     std::string pts;
     for (size_t i = 0; i < se.x.size() && i < se.y.size(); ++i) {
       if (!std::isfinite(se.x[i]) || !std::isfinite(se.y[i])) continue;

@@ -10,6 +10,7 @@ struct Series {
   std::string label;
   std::vector<double> x, y;
   bool points_only = false;  // scatter (measured points) instead of a line (fits)
+  int color = -1;            // palette index; -1 = the series' position (same index = same colour)
 };
 
 struct LinePlot {
