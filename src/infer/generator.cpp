@@ -14,8 +14,9 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
   std::vector<float> logits(static_cast<size_t>(V));
   Timer t;
   const i64 P = static_cast<i64>(prompt.size());
-  for (i64 b = 0; b < P; b += cfg.prefill_chunk) {
-    const i64 n = std::min(cfg.prefill_chunk, P - b);
+  const i64 chunk = cfg.prefill_chunk > 0 ? cfg.prefill_chunk : P;
+  for (i64 b = 0; b < P; b += chunk) {
+    const i64 n = std::min(chunk, P - b);
     model.prefill(prompt.data() + b, 1, n, st, logits.data());
   }
   const double prefill_s = t.seconds();

@@ -12,7 +12,7 @@ namespace hlm {
 
 struct GenerateConfig {
   i64 max_new_tokens = 64;
-  i64 prefill_chunk = 2048;
+  i64 prefill_chunk = 0;  // 0 = the whole prompt at once (attention prefill needs an empty cache)
   int32_t stop_token = -1;  // stop after emitting this token (e.g. <eos>); -1 = none
   SamplerConfig sampler;
 };
