@@ -1,5 +1,6 @@
 #include "core/error.h"
 #include "mixers/attention.h"
+#include "mixers/gdn.h"
 #include "mixers/mixer.h"
 
 namespace hlm {
@@ -10,6 +11,8 @@ std::unique_ptr<Mixer> make_mixer(const ModelConfig& cfg, i64 layer, ParamRegist
     case 'F':
     case 'S':
       return std::make_unique<AttentionMixer>(cfg, layer, reg);
+    case 'G':
+      return std::make_unique<GatedDeltaNetMixer>(cfg, layer, reg);
     default:
       fail("config: layer {} has mixer letter '{}', which this build does not implement yet", layer, c);
   }

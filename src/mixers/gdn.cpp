@@ -1,0 +1,369 @@
+#include "mixers/gdn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ops/causal_conv1d.h"
+#include "ops/expf_simd.h"
+#include "ops/gated_delta.h"
+#include "ops/l2norm.h"
+#include "ops/matmul.h"
+
+namespace hlm {
+
+namespace {
+
+constexpr i64 kPad = 16;  // arena allocations round up to 64 bytes
+inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t)) + 3) / 4; }
+
+// Element-wise pieces (float for the engine; the gates are computed in double, there are only H per token).
+#pragma omp declare simd
+inline float sigmoidf_simd(float x) { return 1.f / (1.f + ops::expf_simd(-x)); }
+inline double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }  // torch's threshold
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+struct GdnState final : MixerState {
+  i64 B = 0, pos = 0;
+  std::vector<float> conv;  // [B, 3, 3HK]  the convs' last 3 inputs, oldest first
+  std::vector<float> S;     // [B, H, K, K] recurrent state (fla layout)
+  i64 bytes() const override { return static_cast<i64>((conv.size() + S.size()) * sizeof(float)); }
+};
+
+// beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias) for N tokens; proj rows [N, Wp] hold b at column
+// c_b and a at c_b + H.
+void gates_forward(const float* proj, i64 Wp, i64 c_b, i64 N, i64 H, const float* alog, const float* dtb, float* g,
+                   float* beta) {
+  parallel_for(
+      N,
+      [&](i64 lo, i64 hi) {
+        for (i64 n = lo; n < hi; ++n) {
+          const float* r = proj + n * Wp + c_b;
+          for (i64 h = 0; h < H; ++h) {
+            beta[n * H + h] = static_cast<float>(sigmoid(r[h]));
+            g[n * H + h] =
+                static_cast<float>(-std::exp(static_cast<double>(alog[h])) * softplus(double(r[H + h]) + dtb[h]));
+          }
+        }
+      },
+      256);
+}
+
+// z = RMSNorm_K(o) * w * silu(gp) per (token, head); gp rows have stride Wp. rstd [N, H] is written when
+// write_rstd, else read (backward's recompute).
+void out_gate_forward(const float* o, const float* gp, i64 Wp, const float* w, float* rstd, bool write_rstd, float* z,
+                      i64 N, i64 H, i64 K, float eps) {
+  parallel_for(
+      N,
+      [&](i64 lo, i64 hi) {
+        for (i64 n = lo; n < hi; ++n)
+          for (i64 h = 0; h < H; ++h) {
+            const float* orow = o + (n * H + h) * K;  // [K]
+            const float* grow = gp + n * Wp + h * K;  // [K]
+            float* zrow = z + (n * H + h) * K;        // [K]
+            float r;
+            if (write_rstd) {
+              float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+              for (i64 i = 0; i < K; ++i) ss += orow[i] * orow[i];
+              r = 1.f / std::sqrt(ss / static_cast<float>(K) + eps);
+              rstd[n * H + h] = r;
+            } else {
+              r = rstd[n * H + h];
+            }
+#pragma omp simd
+            for (i64 i = 0; i < K; ++i) zrow[i] = orow[i] * r * w[i] * (grow[i] * sigmoidf_simd(grow[i]));
+          }
+      },
+      16);
+}
+
+// Backward of out_gate_forward: d_o [N, H*K] overwritten, d_gp (stride Wp) overwritten, dw [K] accumulated
+// (per-thread partials summed in thread order: deterministic for a thread count).
+void out_gate_backward(const float* o, const float* gp, i64 Wp, const float* w, const float* rstd, const float* dz,
+                       float* d_o, float* d_gp, float* dw, i64 N, i64 H, i64 K) {
+  const i64 nchunks = std::max<i64>(1, std::min<i64>(num_threads(), N));
+  std::vector<float> part(static_cast<size_t>(nchunks * K), 0.f);  // [nchunks, K]
+  parallel_for_each(nchunks, [&](i64 c) {
+    const i64 lo = N * c / nchunks, hi = N * (c + 1) / nchunks;
+    float* pw = part.data() + c * K;
+    for (i64 n = lo; n < hi; ++n)
+      for (i64 h = 0; h < H; ++h) {
+        const float* orow = o + (n * H + h) * K;
+        const float* grow = gp + n * Wp + h * K;
+        const float* dzr = dz + (n * H + h) * K;
+        float* dor = d_o + (n * H + h) * K;
+        float* dgr = d_gp + n * Wp + h * K;
+        const float r = rstd[n * H + h];
+        // With xh = o r, on = xh w, sg = silu(gp):  d_on = dz sg;  d_gp = dz on silu'(gp);
+        // dw += d_on xh;  d_o = r (d_on w - xh mean(d_on w xh)).
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (i64 i = 0; i < K; ++i) {
+          const float s = sigmoidf_simd(grow[i]);
+          const float xh = orow[i] * r;
+          const float don = dzr[i] * grow[i] * s;
+          dgr[i] = dzr[i] * xh * w[i] * s * (1.f + grow[i] * (1.f - s));
+          pw[i] += don * xh;
+          dor[i] = don * w[i];  // d_on w, finished below
+          dot += dor[i] * xh;
+        }
+        const float c2 = dot / static_cast<float>(K);
+#pragma omp simd
+        for (i64 i = 0; i < K; ++i) dor[i] = r * (dor[i] - orow[i] * r * c2);
+      }
+  });
+  for (i64 c = 0; c < nchunks; ++c)
+    for (i64 i = 0; i < K; ++i) dw[i] += part[c * K + i];
+}
+
+}  // namespace
+
+GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
+  const auto& t = cfg.layer_type(layer);
+  D_ = cfg.d_model;
+  H_ = t.n_heads;
+  K_ = t.head_dim;
+  chunk_ = cfg.chunk_size;
+  HLM_CHECK(H_ >= 1 && K_ >= 1 && chunk_ >= 1, "GatedDeltaNetMixer: layer {} needs n_heads, head_dim, chunk_size >= 1 "
+            "(got {}, {}, {})", layer, H_, K_, chunk_);
+  const std::string p = "model.layers." + std::to_string(layer) + ".linear_attn.";
+  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+  const i64 HK = H_ * K_;
+  // Six projections back to back: one [4HK + 2H, D] matmul.
+  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK, D_})).offset;
+  reg.add(p + "k_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
+  reg.add(p + "v_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
+  reg.add(p + "g_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
+  reg.add(p + "b_proj.weight", {H_, D_}, Init::Normal, 0.02, 0, true, true);
+  reg.add(p + "a_proj.weight", {H_, D_}, Init::Normal, 0.02, 0, true, true);
+  // Three convs back to back: one depthwise conv over 3HK channels. U(-1/sqrt(4), 1/sqrt(4)).
+  off_conv_ = reg.info(reg.add(p + "q_conv1d.weight", {HK, 1, kConv}, Init::Uniform, -0.5, 0.5)).offset;
+  reg.add(p + "k_conv1d.weight", {HK, 1, kConv}, Init::Uniform, -0.5, 0.5, true, true);
+  reg.add(p + "v_conv1d.weight", {HK, 1, kConv}, Init::Uniform, -0.5, 0.5, true, true);
+  off_alog_ = reg.info(reg.add(p + "A_log", {H_}, Init::Custom, 0, 0, false)).offset;
+  off_dtb_ = reg.info(reg.add(p + "dt_bias", {H_}, Init::Custom, 0, 0, false)).offset;
+  off_onorm_ = reg.info(reg.add(p + "o_norm.weight", {K_}, Init::Ones, 0, 0, false)).offset;
+  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK}, Init::Normal, out_std)).offset;
+}
+
+void GatedDeltaNetMixer::init_custom(Rng& rng) {
+  // fla: A ~ U[0, 16] (kept away from 0 for the log), A_log = ln A; dt ~ exp(U[ln 1e-3, ln 0.1]) floored at
+  // 1e-4, dt_bias = softplus^-1(dt). The bound buffer is the model's writable store.
+  float* alog = const_cast<float*>(P(off_alog_));
+  float* dtb = const_cast<float*>(P(off_dtb_));
+  for (i64 h = 0; h < H_; ++h) alog[h] = static_cast<float>(std::log(std::max(rng.uniform(0.0, 16.0), 1e-4)));
+  for (i64 h = 0; h < H_; ++h) {
+    const double dt = std::max(std::exp(rng.uniform(std::log(1e-3), std::log(0.1))), 1e-4);
+    dtb[h] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+  }
+}
+
+i64 GatedDeltaNetMixer::chunk_state_budget(i64 B, i64 T) const {
+  return B * H_ * ((T + chunk_ - 1) / chunk_) * K_ * K_;
+}
+
+i64 GatedDeltaNetMixer::saved_floats(i64 B, i64 T) const {
+  const i64 N = B * T;
+  // proj, qkv, o, five [N, H] vectors, chunk states, doc_start (max span).
+  return N * Wp() + N * 3 * HK() + N * HK() + 5 * N * H_ + chunk_state_budget(B, T) + ints_as_floats(N) + 10 * kPad;
+}
+
+i64 GatedDeltaNetMixer::scratch_floats(i64 B, i64 T) const {
+  const i64 N = B * T;
+  const i64 fwd = N * HK() + B * H_ * K_ * K_ + 2 * kPad;  // gated norm output; prefill's state copy
+  const i64 bwd = 2 * N * HK() + N * Wp() + N * 3 * HK() + 2 * N * H_ + 6 * kPad;  // z|d_o, dz, dproj, dqkv, dg, dbeta
+  return std::max(fwd, bwd);
+}
+
+FlopCount GatedDeltaNetMixer::flops_per_token(i64 T) const {
+  FlopCount f;
+  f.matmul = 2.0 * (static_cast<double>(Wp()) * D_ + static_cast<double>(D_) * HK());
+  // Chunked gated delta rule per head (docs/gated_delta.md §3.5 at K = V): 4C(K + V) + 6KV, plus the
+  // depthwise conv (2 * width per channel).
+  const double C = static_cast<double>(std::min(chunk_, std::max<i64>(T, 1))), K = static_cast<double>(K_);
+  f.core = static_cast<double>(H_) * (8.0 * C * K + 6.0 * K * K) + 2.0 * kConv * 3.0 * HK();
+  return f;
+}
+
+const int32_t* GatedDeltaNetMixer::span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0,
+                                                  Arena& arena) const {
+  if (max_span_ <= 0) return doc_start;
+  int32_t* ds = arena.ints(B * T, "gdn span doc_start");
+  for (i64 b = 0; b < B; ++b)
+    for (i64 t = 0; t < T; ++t) {
+      const i64 blk = std::max<i64>(0, t - (pos0 + t) % max_span_);  // in-row start of t's span block
+      const i64 d = doc_start ? doc_start[b * T + t] : 0;
+      ds[b * T + t] = static_cast<int32_t>(std::max(d, blk));
+    }
+  return ds;
+}
+
+void GatedDeltaNetMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
+                             float* conv_fin, const float* S_init, float* S_fin, bool save_states, Arena& arena) {
+  const i64 N = B * T, HK = H_ * K_, W = Wp(), C3 = 3 * HK;
+  ds_ = doc_start;
+  proj_ = arena.floats(N * W, "gdn proj");
+  ops::linear_forward(x, P(off_w_), proj_, N, D_, W);  // [N, Wp]: q | k | v | gp | b | a
+
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = T, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true;
+  c.u = proj_, c.w = P(off_conv_), c.initial_state = conv_init, c.doc_start = doc_start;
+  qkv_ = arena.floats(N * C3, "gdn qkv");
+  ops::causal_conv1d_forward(c, qkv_, conv_fin);  // [N, 3HK]
+
+  rq_ = arena.floats(N * H_, "gdn q rstd");
+  rk_ = arena.floats(N * H_, "gdn k rstd");
+  const float qscale = 1.f / std::sqrt(static_cast<float>(K_));  // after the L2 norm (reference §10)
+  ops::l2norm_forward<float>(qkv_, C3, qkv_, C3, rq_, N, H_, K_, kL2Eps, qscale);
+  ops::l2norm_forward<float>(qkv_ + HK, C3, qkv_ + HK, C3, rk_, N, H_, K_, kL2Eps, 1.f);
+
+  g_ = arena.floats(N * H_, "gdn g");
+  beta_ = arena.floats(N * H_, "gdn beta");
+  gates_forward(proj_, W, 4 * HK, N, H_, P(off_alog_), P(off_dtb_), g_, beta_);
+
+  ops::GatedDeltaArgs<float> a;
+  a.B = B, a.T = T, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
+  a.q = qkv_, a.k = qkv_ + HK, a.v = qkv_ + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
+  a.g = g_, a.beta = beta_, a.initial_state = S_init, a.doc_start = doc_start;
+  cs_ = nullptr;
+  if (save_states) {
+    // Many short documents (or a short max span) mean more segments than the budget: then the backward
+    // recomputes the entry states with one more scan instead.
+    const i64 n = ops::gated_delta_chunk_states_numel(a);
+    if (n <= chunk_state_budget(B, T)) cs_ = arena.floats(n, "gdn chunk states");
+  }
+  o_ = arena.floats(N * HK, "gdn o");
+  ops::gated_delta_chunked_forward(a, o_, S_fin, cs_);  // [N, H, K]
+
+  orstd_ = arena.floats(N * H_, "gdn o_norm rstd");
+  auto mark = arena.mark();
+  float* z = arena.floats(N * HK, "gdn gated norm");
+  out_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, true, z, N, H_, K_, kNormEps);
+  ops::linear_forward(z, P(off_wo_), y, N, HK, D_);
+  arena.release_to(mark);
+}
+
+void GatedDeltaNetMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
+  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, arena);
+  run(x, y, s.B, s.T, ds, nullptr, nullptr, nullptr, nullptr, true, arena);
+}
+
+void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
+  const i64 B = s.B, T = s.T, N = B * T, HK = H_ * K_, W = Wp(), C3 = 3 * HK;
+  auto mark = arena.mark();
+  float* buf = arena.floats(N * HK, "gdn z / d_o");  // [N, HK]
+  float* dz = arena.floats(N * HK, "gdn dz");        // [N, HK]
+  float* dproj = arena.floats(N * W, "gdn dproj");   // [N, Wp]
+  float* dqkv = arena.floats(N * C3, "gdn dqkv");    // [N, 3HK]
+  float* dg = arena.floats(N * H_, "gdn dg");        // [N, H]
+  float* dbeta = arena.floats(N * H_, "gdn dbeta");  // [N, H]
+
+  // Output: recompute z (cheaper than keeping it), then o_proj, gate and o_norm.
+  out_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, false, buf, N, H_, K_, kNormEps);
+  ops::linear_backward(buf, P(off_wo_), dy, dz, G(off_wo_), N, HK, D_);
+  out_gate_backward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, dz, buf, dproj + 3 * HK, G(off_onorm_), N, H_, K_);
+
+  ops::GatedDeltaArgs<float> a;
+  a.B = B, a.T = T, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
+  a.q = qkv_, a.k = qkv_ + HK, a.v = qkv_ + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
+  a.g = g_, a.beta = beta_, a.doc_start = ds_;
+  ops::GatedDeltaGrads<float> gr;
+  gr.dq = dqkv, gr.dk = dqkv + HK, gr.dv = dqkv + 2 * HK, gr.dg = dg, gr.dbeta = dbeta;
+  ops::gated_delta_chunked_backward(a, cs_, buf, nullptr, gr);
+
+  const float qscale = 1.f / std::sqrt(static_cast<float>(K_));
+  ops::l2norm_backward<float>(qkv_, C3, rq_, dqkv, C3, dqkv, C3, N, H_, K_, qscale);
+  ops::l2norm_backward<float>(qkv_ + HK, C3, rk_, dqkv + HK, C3, dqkv + HK, C3, N, H_, K_, 1.f);
+
+  // Gates: d b = dbeta beta (1 - beta); d a = dg (-exp(A_log)) sigmoid(a + dt_bias) = d dt_bias;
+  // d A_log = dg g. The per-head sums run serially over tokens (N*H terms, fixed order).
+  {
+    const float* alog = P(off_alog_);
+    const float* dtb = P(off_dtb_);
+    std::vector<double> dA(static_cast<size_t>(H_), 0.0), dB(static_cast<size_t>(H_), 0.0);
+    for (i64 n = 0; n < N; ++n) {
+      const float* r = proj_ + n * W + 4 * HK;
+      float* dr = dproj + n * W + 4 * HK;
+      for (i64 h = 0; h < H_; ++h) {
+        // beta (1 - beta) from the pre-activation in double: 1 - beta of the float beta cancels when beta ~ 1.
+        const double be = sigmoid(r[h]), gg = dg[n * H_ + h];
+        dr[h] = static_cast<float>(dbeta[n * H_ + h] * be * (1.0 - be));
+        const double da = -gg * std::exp(static_cast<double>(alog[h])) * sigmoid(double(r[H_ + h]) + dtb[h]);
+        dr[H_ + h] = static_cast<float>(da);
+        dB[h] += da;
+        dA[h] += gg * g_[n * H_ + h];
+      }
+    }
+    for (i64 h = 0; h < H_; ++h) {
+      G(off_alog_)[h] += static_cast<float>(dA[h]);
+      G(off_dtb_)[h] += static_cast<float>(dB[h]);
+    }
+  }
+
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = T, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true;
+  c.u = proj_, c.w = P(off_conv_), c.doc_start = ds_;
+  ops::causal_conv1d_backward(c, dqkv, dproj, G(off_conv_), nullptr, nullptr);  // first 3HK columns of dproj
+
+  ops::linear_backward(x, P(off_w_), dproj, dx, G(off_w_), N, D_, W);
+  arena.release_to(mark);
+}
+
+std::unique_ptr<MixerState> GatedDeltaNetMixer::new_state(i64 B, i64 max_len) const {
+  auto st = std::make_unique<GdnState>();
+  st->B = B;
+  st->conv.assign(static_cast<size_t>(B * (kConv - 1) * 3 * HK()), 0.f);
+  st->S.assign(static_cast<size_t>(B * H_ * K_ * K_), 0.f);
+  return st;
+}
+
+void GatedDeltaNetMixer::step(const float* x, float* y, MixerState& state, i64 B) {
+  auto& st = static_cast<GdnState&>(state);
+  HLM_CHECK(B == st.B, "gdn step: batch {} but the state has {} rows", B, st.B);
+  const i64 HK = H_ * K_, W = Wp(), C3 = 3 * HK;
+  if (max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0) {  // probe: a new span block starts here
+    std::fill(st.conv.begin(), st.conv.end(), 0.f);
+    std::fill(st.S.begin(), st.S.end(), 0.f);
+  }
+  std::vector<float> proj(static_cast<size_t>(B * W)), qkv(static_cast<size_t>(B * C3)), rs(static_cast<size_t>(B * H_)),
+      g(static_cast<size_t>(B * H_)), beta(static_cast<size_t>(B * H_)), o(static_cast<size_t>(B * HK)),
+      z(static_cast<size_t>(B * HK));
+  ops::linear_forward(x, P(off_w_), proj.data(), B, D_, W);
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = 1, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true, c.u = proj.data(), c.w = P(off_conv_);
+  ops::causal_conv1d_step(c, st.conv.data(), qkv.data());
+  ops::l2norm_forward<float>(qkv.data(), C3, qkv.data(), C3, rs.data(), B, H_, K_, kL2Eps,
+                             1.f / std::sqrt(static_cast<float>(K_)));
+  ops::l2norm_forward<float>(qkv.data() + HK, C3, qkv.data() + HK, C3, rs.data(), B, H_, K_, kL2Eps, 1.f);
+  gates_forward(proj.data(), W, 4 * HK, B, H_, P(off_alog_), P(off_dtb_), g.data(), beta.data());
+  ops::GatedDeltaArgs<float> a;
+  a.B = B, a.T = 1, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
+  a.q = qkv.data(), a.k = qkv.data() + HK, a.v = qkv.data() + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
+  a.g = g.data(), a.beta = beta.data();
+  ops::gated_delta_step(a, st.S.data(), o.data());
+  out_gate_forward(o.data(), proj.data() + 3 * HK, W, P(off_onorm_), rs.data(), true, z.data(), B, H_, K_, kNormEps);
+  ops::linear_forward(z.data(), P(off_wo_), y, B, HK, D_);
+  st.pos++;
+}
+
+void GatedDeltaNetMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) {
+  auto& st = static_cast<GdnState&>(state);
+  HLM_CHECK(B == st.B, "gdn prefill: batch {} but the state has {} rows", B, st.B);
+  if (max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0) {
+    std::fill(st.conv.begin(), st.conv.end(), 0.f);
+    std::fill(st.S.begin(), st.S.end(), 0.f);
+  }
+  auto mark = arena.mark();
+  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, arena);
+  // The kernel reads the initial state and writes the final one; give it a private copy of the former.
+  float* S0 = arena.floats(static_cast<i64>(st.S.size()), "gdn prefill state");
+  std::copy(st.S.begin(), st.S.end(), S0);
+  run(x, y, B, T, ds, st.conv.data(), st.conv.data(), S0, st.S.data(), false, arena);
+  arena.release_to(mark);
+  st.pos += T;
+}
+
+}  // namespace hlm

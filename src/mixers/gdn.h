@@ -1,0 +1,64 @@
+#pragma once
+// Gated DeltaNet mixer (G), flash-linear-attention `GatedDeltaNet` with K = V = head_dim (docs/model.md,
+// docs/gdn_mixer.md):
+//   q|k|v|gp|b|a = x W   (one matmul over the adjacent q_proj|k_proj|v_proj|g_proj|b_proj|a_proj)
+//   q, k, v = silu(causal_conv1d_4(.))   (three depthwise convs, no bias, run as one over 3*H*hd channels)
+//   q = l2norm(q) / sqrt(hd),  k = l2norm(k)   (per head, eps 1e-6)
+//   beta = sigmoid(b),  g = -exp(A_log) * softplus(a + dt_bias)
+//   o = gated delta rule (ops/gated_delta.h, chunked)
+//   out = o_proj(RMSNorm_hd per head(o) * silu(gp))   (o_norm, eps 1e-5; norm before the gate)
+// Decoding keeps a constant-size state: the convs' last 3 inputs [B, 3, 3*H*hd] and S [B, H, hd, hd].
+#include "mixers/mixer.h"
+
+namespace hlm {
+
+class GatedDeltaNetMixer final : public Mixer {
+ public:
+  GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  char letter() const override { return 'G'; }
+  void init_custom(Rng& rng) override;
+  void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
+  void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;
+  i64 saved_floats(i64 B, i64 T) const override;
+  i64 scratch_floats(i64 B, i64 T) const override;
+  FlopCount flops_per_token(i64 T) const override;
+  std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
+  void step(const float* x, float* y, MixerState& state, i64 B) override;
+  void prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) override;
+
+  i64 n_heads() const { return H_; }
+  i64 head_dim() const { return K_; }
+
+ private:
+  static constexpr i64 kConv = 4;            // conv width
+  static constexpr float kL2Eps = 1e-6f;     // q, k L2 norm
+  static constexpr float kNormEps = 1e-5f;   // o_norm
+  i64 D_, H_, K_, chunk_;
+  i64 off_w_, off_conv_, off_alog_, off_dtb_, off_onorm_, off_wo_;
+  i64 HK() const { return H_ * K_; }
+  i64 Wp() const { return 4 * H_ * K_ + 2 * H_; }  // fused projection width: q | k | v | gp | b | a
+  i64 chunk_state_budget(i64 B, i64 T) const;      // floats reserved for the saved chunk-entry states
+
+  // Forward of x[B, T, D] from (conv_init [B, 3, 3HK], S_init [B, H, K, K]; nullptr = zeros) to (conv_fin,
+  // S_fin; nullptr = not needed; either may alias its init). Leaves the saved activations below in `arena`;
+  // save_states: also keep the chunk-entry states for backward (training).
+  void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init, float* conv_fin,
+           const float* S_init, float* S_fin, bool save_states, Arena& arena);
+  // doc_start combined with the probe's max span (state reset at every multiple of max_span_ of the absolute
+  // position pos0 + t); doc_start itself when no span is set.
+  const int32_t* span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const;
+
+  // Saved by forward for backward (arena pointers).
+  float* proj_ = nullptr;  // [B*T, Wp]   x W: q | k | v before the conv, gp, b, a before their activations
+  float* qkv_ = nullptr;   // [B*T, 3HK]  q (normalised, scaled) | k (normalised) | v (conv + silu)
+  float* rq_ = nullptr;    // [B*T, H]    1/sqrt(sum q^2 + eps) of the conv output
+  float* rk_ = nullptr;    // [B*T, H]
+  float* g_ = nullptr;     // [B*T, H]    log-decay
+  float* beta_ = nullptr;  // [B*T, H]
+  float* o_ = nullptr;     // [B*T, H*K]  gated delta output (before o_norm)
+  float* orstd_ = nullptr; // [B*T, H]    o_norm's 1/rms
+  float* cs_ = nullptr;    // [B, H, nseg, K, K] chunk-entry states, or nullptr (backward recomputes them)
+  const int32_t* ds_ = nullptr;
+};
+
+}  // namespace hlm
