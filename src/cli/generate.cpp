@@ -1,4 +1,6 @@
 // hybridlm generate: decode from a trained checkpoint with per-layer caches.
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "cli/commands.h"
@@ -12,14 +14,15 @@ namespace hlm::cli {
 Command register_generate(CLI::App& app) {
   auto* sub = app.add_subcommand("generate", "generate text from a checkpoint");
   struct Opts {
-    std::string ckpt, prompt, tokenizer;
+    std::string ckpt, prompt, prompt_file, tokenizer;
     GenerateConfig g;
     bool json = false;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("--ckpt", o->ckpt, "run folder or checkpoint folder")->required();
-  sub->add_option("--prompt", o->prompt, "prompt text")->required();
+  auto* po = sub->add_option("--prompt", o->prompt, "prompt text");
+  sub->add_option("--prompt-file", o->prompt_file, "read the prompt from a file")->excludes(po);
   sub->add_option("--max-tokens", o->g.max_new_tokens, "tokens to generate")->capture_default_str();
   sub->add_option("--temperature", o->g.sampler.temperature, "0 = greedy")->capture_default_str();
   sub->add_option("--top-k", o->g.sampler.top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
@@ -35,7 +38,14 @@ Command register_generate(CLI::App& app) {
             std::string spec = o->tokenizer.empty() ? lm.run.value("tokenizer", std::string()) : o->tokenizer;
             if (spec.empty()) fail("{}: no tokenizer recorded in run.json; pass --tokenizer", lm.ckpt_dir);
             auto tok = data::load_tokenizer(spec);
-            std::vector<int32_t> prompt = tok->encode(o->prompt);
+            std::string text = o->prompt;
+            if (!o->prompt_file.empty()) {
+              std::ifstream f(o->prompt_file, std::ios::binary);
+              if (!f) fail("--prompt-file {}: cannot open", o->prompt_file);
+              text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+            }
+            std::vector<int32_t> prompt = tok->encode(text);
+            if (prompt.empty()) fail("generate: give a non-empty --prompt or --prompt-file");
             GenerateConfig g = o->g;
             g.stop_token = tok->eos_id();
             GenerateStats stats;
