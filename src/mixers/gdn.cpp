@@ -29,6 +29,7 @@ struct GdnState final : MixerState {
   i64 B = 0, pos = 0;
   std::vector<float> conv;  // [B, 3, 3HK]  the convs' last 3 inputs, oldest first
   std::vector<float> S;     // [B, H, K, K] recurrent state (fla layout)
+  std::vector<float> work;  // step()'s per-token buffers (no allocation per decoded token); not state
   i64 bytes() const override { return static_cast<i64>((conv.size() + S.size()) * sizeof(float)); }
 };
 
@@ -328,24 +329,28 @@ void GatedDeltaNetMixer::step(const float* x, float* y, MixerState& state, i64 B
     std::fill(st.conv.begin(), st.conv.end(), 0.f);
     std::fill(st.S.begin(), st.S.end(), 0.f);
   }
-  std::vector<float> proj(static_cast<size_t>(B * W)), qkv(static_cast<size_t>(B * C3)), rs(static_cast<size_t>(B * H_)),
-      g(static_cast<size_t>(B * H_)), beta(static_cast<size_t>(B * H_)), o(static_cast<size_t>(B * HK)),
-      z(static_cast<size_t>(B * HK));
-  ops::linear_forward(x, P(off_w_), proj.data(), B, D_, W);
+  st.work.resize(static_cast<size_t>(B * (W + C3 + 3 * H_ + 2 * HK)));
+  float* proj = st.work.data();  // [B, Wp]
+  float* qkv = proj + B * W;     // [B, 3HK]
+  float* rs = qkv + B * C3;      // [B, H] (q, k, then o_norm rstd; only o's is used)
+  float* g = rs + B * H_;        // [B, H]
+  float* beta = g + B * H_;      // [B, H]
+  float* o = beta + B * H_;      // [B, HK]
+  float* z = o + B * HK;         // [B, HK]
+  ops::linear_forward(x, P(off_w_), proj, B, D_, W);
   ops::CausalConv1dArgs c;
-  c.B = B, c.T = 1, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true, c.u = proj.data(), c.w = P(off_conv_);
-  ops::causal_conv1d_step(c, st.conv.data(), qkv.data());
-  ops::l2norm_forward<float>(qkv.data(), C3, qkv.data(), C3, rs.data(), B, H_, K_, kL2Eps,
-                             1.f / std::sqrt(static_cast<float>(K_)));
-  ops::l2norm_forward<float>(qkv.data() + HK, C3, qkv.data() + HK, C3, rs.data(), B, H_, K_, kL2Eps, 1.f);
-  gates_forward(proj.data(), W, 4 * HK, B, H_, P(off_alog_), P(off_dtb_), g.data(), beta.data());
+  c.B = B, c.T = 1, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true, c.u = proj, c.w = P(off_conv_);
+  ops::causal_conv1d_step(c, st.conv.data(), qkv);
+  ops::l2norm_forward<float>(qkv, C3, qkv, C3, rs, B, H_, K_, kL2Eps, 1.f / std::sqrt(static_cast<float>(K_)));
+  ops::l2norm_forward<float>(qkv + HK, C3, qkv + HK, C3, rs, B, H_, K_, kL2Eps, 1.f);
+  gates_forward(proj, W, 4 * HK, B, H_, P(off_alog_), P(off_dtb_), g, beta);
   ops::GatedDeltaArgs<float> a;
   a.B = B, a.T = 1, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
-  a.q = qkv.data(), a.k = qkv.data() + HK, a.v = qkv.data() + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
-  a.g = g.data(), a.beta = beta.data();
-  ops::gated_delta_step(a, st.S.data(), o.data());
-  out_gate_forward(o.data(), proj.data() + 3 * HK, W, P(off_onorm_), rs.data(), true, z.data(), B, H_, K_, kNormEps);
-  ops::linear_forward(z.data(), P(off_wo_), y, B, HK, D_);
+  a.q = qkv, a.k = qkv + HK, a.v = qkv + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
+  a.g = g, a.beta = beta;
+  ops::gated_delta_step(a, st.S.data(), o);
+  out_gate_forward(o, proj + 3 * HK, W, P(off_onorm_), rs, true, z, B, H_, K_, kNormEps);
+  ops::linear_forward(z, P(off_wo_), y, B, HK, D_);
   st.pos++;
 }
 
