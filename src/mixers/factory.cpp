@@ -1,6 +1,8 @@
 #include "core/error.h"
 #include "mixers/attention.h"
 #include "mixers/gdn.h"
+#include "mixers/lightning.h"
+#include "mixers/mamba2.h"
 #include "mixers/mixer.h"
 
 namespace hlm {
@@ -11,6 +13,10 @@ std::unique_ptr<Mixer> make_mixer(const ModelConfig& cfg, i64 layer, ParamRegist
     case 'F':
     case 'S':
       return std::make_unique<AttentionMixer>(cfg, layer, reg);
+    case 'L':
+      return std::make_unique<LightningMixer>(cfg, layer, reg);
+    case 'M':
+      return std::make_unique<Mamba2Mixer>(cfg, layer, reg);
     case 'G':
       return std::make_unique<GatedDeltaNetMixer>(cfg, layer, reg);
     default:

@@ -1,0 +1,337 @@
+#include "mixers/mamba2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/causal_conv1d.h"
+#include "ops/expf_simd.h"
+#include "ops/matmul.h"
+#include "ops/rmsnorm.h"
+#include "ops/scalar_decay_scan.h"
+
+namespace hlm {
+
+namespace {
+
+struct Mamba2State final : MixerState {
+  i64 B = 0, pos = 0;
+  std::vector<float> conv;  // [B, 3, Cc] last conv inputs, oldest first
+  std::vector<float> ssm;   // [B, nh, N, P]
+  i64 bytes() const override { return static_cast<i64>((conv.size() + ssm.size()) * sizeof(float)); }
+};
+
+constexpr i64 kPad = 16;  // arena allocations round up to 64 bytes
+
+inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t)) + 3) / 4; }
+
+inline float softplus(float z) { return z > 20.f ? z : std::log1p(std::exp(z)); }
+
+}  // namespace
+
+Mamba2Mixer::Mamba2Mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
+  const auto& t = cfg.layer_type(layer);
+  D_ = cfg.d_model;
+  di_ = cfg.mamba_expand * cfg.d_model;
+  P_ = t.head_dim;
+  N_ = cfg.mamba_d_state;
+  chunk_ = cfg.chunk_size;
+  HLM_CHECK(P_ >= 1 && di_ % P_ == 0 && N_ >= 1 && chunk_ >= 1,
+            "mamba2: layer {}: d_inner {} must be a multiple of head_dim {}; d_state {} and chunk_size {} >= 1", layer,
+            di_, P_, N_, chunk_);
+  nh_ = di_ / P_;
+  const std::string p = "model.layers." + std::to_string(layer) + ".mixer.";
+  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+  const double cw = 1.0 / std::sqrt(static_cast<double>(kConv));  // PyTorch conv1d default bound, fan_in = 4
+  off_in_ = reg.info(reg.add(p + "in_proj.weight", {Win(), D_})).offset;
+  off_convw_ = reg.info(reg.add(p + "conv1d.weight", {Cc(), 1, kConv}, Init::Uniform, -cw, cw)).offset;
+  off_convb_ = reg.info(reg.add(p + "conv1d.bias", {Cc()}, Init::Zeros, 0, 0, false)).offset;
+  off_dtb_ = reg.info(reg.add(p + "dt_bias", {nh_}, Init::Custom, 0, 0, false)).offset;
+  off_alog_ = reg.info(reg.add(p + "A_log", {nh_}, Init::Custom, 0, 0, false)).offset;
+  off_D_ = reg.info(reg.add(p + "D", {nh_}, Init::Ones, 0, 0, false)).offset;
+  off_norm_ = reg.info(reg.add(p + "norm.weight", {di_}, Init::Ones, 0, 0, false)).offset;
+  off_out_ = reg.info(reg.add(p + "out_proj.weight", {D_, di_}, Init::Normal, out_std)).offset;
+}
+
+void Mamba2Mixer::init_custom(Rng& rng) {
+  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]) floored at 1e-4, dt_bias = softplus^-1(dt); A ~ U[1, 16].
+  // The bound buffer is the model's writable parameter store; the base class only hands out const views.
+  float* dtb = const_cast<float*>(P(off_dtb_));
+  float* alog = const_cast<float*>(P(off_alog_));
+  for (i64 h = 0; h < nh_; ++h) {
+    const double dt = std::max(std::exp(rng.uniform(std::log(1e-3), std::log(0.1))), 1e-4);
+    dtb[h] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+  }
+  for (i64 h = 0; h < nh_; ++h) alog[h] = static_cast<float>(std::log(rng.uniform(1.0, 16.0)));
+}
+
+i64 Mamba2Mixer::saved_floats(i64 B, i64 T) const {
+  const i64 N = B * T, NC = (T + chunk_ - 1) / chunk_;
+  return N * Win() + N * Cc() + 2 * N * nh_ + 2 * N * di_ + N + B * nh_ * NC * N_ * P_ + ints_as_floats(N) +
+         9 * kPad;
+}
+
+i64 Mamba2Mixer::scratch_floats(i64 B, i64 T) const {
+  const i64 N = B * T, NC = (T + chunk_ - 1) / chunk_;
+  const i64 states = B * nh_ * NC * N_ * P_;
+  const i64 fwd = N * di_ + B * nh_ * N_ * P_ + 2 * kPad;  // gated norm, final-state staging (prefill)
+  // yg, normalised yg / d yg, d norm / d ys, d in_proj, d xBC, dv, dg, three per-head partials, workspace.
+  const i64 bwd = 3 * N * di_ + N * Win() + N * Cc() + N * di_ + N * nh_ + 3 * N * nh_ + 2 * states + 10 * kPad;
+  return std::max(fwd, bwd);
+}
+
+FlopCount Mamba2Mixer::flops_per_token(i64 T) const {
+  FlopCount f;
+  f.matmul = 2.0 * (static_cast<double>(Win()) * D_ + static_cast<double>(D_) * di_);
+  // Peer README "FLOPs": 2 C N (C B^T once per chunk, shared by the heads) + heads (2 C P + 4 N P).
+  const double C = static_cast<double>(std::min(chunk_, std::max<i64>(T, 1)));
+  const double N = static_cast<double>(N_), P = static_cast<double>(P_);
+  f.core = 2.0 * C * N + static_cast<double>(nh_) * (2.0 * C * P + 4.0 * N * P);
+  return f;
+}
+
+const int32_t* Mamba2Mixer::span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const {
+  if (max_span_ <= 0) return doc_start;
+  int32_t* ds = arena.ints(B * T, "mamba2 span doc_start");
+  for (i64 b = 0; b < B; ++b)
+    for (i64 t = 0; t < T; ++t) {
+      const i64 blk = std::max<i64>(0, t - (pos0 + t) % max_span_);  // in-row start of t's span block
+      const i64 d = doc_start ? doc_start[b * T + t] : 0;
+      ds[b * T + t] = static_cast<int32_t>(std::max(d, blk));
+    }
+  return ds;
+}
+
+void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
+                      float* conv_fin, const float* ssm_init, float* ssm_fin, Arena& arena) {
+  const i64 N = B * T, Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
+  pre_ = arena.floats(N * Wi, "mamba2 in_proj");
+  ops::linear_forward(x, P(off_in_), pre_, N, D_, Wi);  // [N, Win]: z | xBC | dt
+  ds_ = doc_start;
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = T, c.C = C, c.W = kConv, c.u_row = Wi, c.silu = true;
+  c.u = pre_ + di, c.w = P(off_convw_), c.bias = P(off_convb_), c.initial_state = conv_init, c.doc_start = doc_start;
+  xbc_ = arena.floats(N * C, "mamba2 xBC");  // [N, Cc]: x | B | C after conv + SiLU
+  ops::causal_conv1d_forward(c, xbc_, conv_fin);
+  dt_ = arena.floats(N * nh, "mamba2 dt");
+  g_ = arena.floats(N * nh, "mamba2 log decay");
+  v_ = arena.floats(N * di, "mamba2 dt x");  // [N, nh, P]
+  const float* dtb = P(off_dtb_);
+  const float* alog = P(off_alog_);
+  parallel_for(N, [&](i64 b, i64 e) {
+    for (i64 n = b; n < e; ++n)
+      for (i64 h = 0; h < nh; ++h) {
+        const float dt = softplus(pre_[n * Wi + 2 * di + 2 * N_ + h] + dtb[h]);
+        dt_[n * nh + h] = dt;
+        g_[n * nh + h] = -std::exp(alog[h]) * dt;
+        const float* xs = xbc_ + n * C + h * Pd;
+        float* vr = v_ + n * di + h * Pd;
+#pragma omp simd
+        for (i64 p = 0; p < Pd; ++p) vr[p] = dt * xs[p];
+      }
+  }, 16);
+  ops::ScalarDecayArgs a;
+  a.B = B, a.T = T, a.H = nh, a.Hk = 1, a.K = N_, a.V = Pd, a.chunk = chunk_, a.scale = 1.f;
+  a.q_row = a.k_row = C;
+  a.q = xbc_ + di + N_, a.k = xbc_ + di, a.v = v_, a.g = g_;
+  a.initial_state = ssm_init;
+  a.doc_start = doc_start;
+  states_ = arena.floats(ops::scalar_decay_chunk_states_size(a), "mamba2 chunk states");
+  ys_ = arena.floats(N * di, "mamba2 ssm out");  // [N, nh, P]
+  ops::scalar_decay_chunked_forward(a, ys_, ssm_fin, states_);
+  rstd_ = arena.floats(N, "mamba2 norm rstd");
+  auto mark = arena.mark();
+  float* yg = arena.floats(N * di, "mamba2 gated y");
+  const float* Dp = P(off_D_);
+  parallel_for(N, [&](i64 b, i64 e) {
+    for (i64 n = b; n < e; ++n) {
+      float* yr = ys_ + n * di;
+      const float* xs = xbc_ + n * C;
+      const float* z = pre_ + n * Wi;
+      float* gr = yg + n * di;
+      for (i64 h = 0; h < nh; ++h) {
+        const float d = Dp[h];
+#pragma omp simd
+        for (i64 p = h * Pd; p < (h + 1) * Pd; ++p) yr[p] += d * xs[p];
+      }
+#pragma omp simd
+      for (i64 i = 0; i < di; ++i) gr[i] = yr[i] * z[i] / (1.f + ops::expf_simd(-z[i]));
+    }
+  }, 16);
+  ops::rmsnorm_forward(yg, P(off_norm_), yg, rstd_, N, di, kNormEps);
+  ops::linear_forward(yg, P(off_out_), y, N, di, D_);
+  arena.release_to(mark);
+}
+
+void Mamba2Mixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
+  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, arena);
+  run(x, y, s.B, s.T, ds, nullptr, nullptr, nullptr, nullptr, arena);
+}
+
+void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
+  const i64 B = s.B, T = s.T, N = B * T, Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
+  auto mark = arena.mark();
+  float* yg = arena.floats(N * di, "mamba2 d: gated y");
+  float* nrm = arena.floats(N * di, "mamba2 d: normalised y");  // later d yg
+  float* dn = arena.floats(N * di, "mamba2 d: norm out grad");  // later d ys
+  float* dpre = arena.floats(N * Wi, "mamba2 d: in_proj");      // [N, Win]
+  // Recompute yg = ys * silu(z) and its normalised form for the out_proj weight gradient.
+  const float* wn = P(off_norm_);
+  parallel_for(N, [&](i64 b, i64 e) {
+    for (i64 n = b; n < e; ++n) {
+      const float* yr = ys_ + n * di;
+      const float* z = pre_ + n * Wi;
+      const float r = rstd_[n];
+      float* gr = yg + n * di;
+      float* nr = nrm + n * di;
+#pragma omp simd
+      for (i64 i = 0; i < di; ++i) {
+        gr[i] = yr[i] * z[i] / (1.f + ops::expf_simd(-z[i]));
+        nr[i] = gr[i] * r * wn[i];
+      }
+    }
+  }, 16);
+  ops::linear_backward(nrm, P(off_out_), dy, dn, G(off_out_), N, di, D_);
+  float* dyg = nrm;
+  ops::rmsnorm_backward(yg, wn, rstd_, dn, dyg, G(off_norm_), N, di);
+  // yg = ys silu(z): d ys = dyg silu(z) (into dn);  dz = dyg ys silu'(z).
+  float* dys = dn;
+  parallel_for(N, [&](i64 b, i64 e) {
+    for (i64 n = b; n < e; ++n) {
+      const float* z = pre_ + n * Wi;
+      const float* yr = ys_ + n * di;
+      const float* dgr = dyg + n * di;
+      float* dyr = dys + n * di;
+      float* dz = dpre + n * Wi;
+#pragma omp simd
+      for (i64 i = 0; i < di; ++i) {
+        const float sg = 1.f / (1.f + ops::expf_simd(-z[i]));
+        dyr[i] = dgr[i] * z[i] * sg;
+        dz[i] = dgr[i] * yr[i] * sg * (1.f + z[i] * (1.f - sg));
+      }
+    }
+  }, 16);
+  float* dxbc = arena.floats(N * C, "mamba2 d: xBC");  // [N, Cc]
+  float* dv = arena.floats(N * di, "mamba2 d: dt x");
+  float* dg = arena.floats(N * nh, "mamba2 d: log decay");
+  float* part = arena.floats(3 * N * nh, "mamba2 d: per-token partials");  // [3, N, nh]: D, A, dt_bias
+  ops::ScalarDecayArgs a;
+  a.B = B, a.T = T, a.H = nh, a.Hk = 1, a.K = N_, a.V = Pd, a.chunk = chunk_, a.scale = 1.f;
+  a.q_row = a.k_row = C;
+  a.q = xbc_ + di + N_, a.k = xbc_ + di, a.v = v_, a.g = g_;
+  a.doc_start = ds_;
+  float* ws = arena.floats(ops::scalar_decay_backward_workspace_size(a), "mamba2 d: scan workspace");
+  // dC and dB land in their xBC slots (q/k strides = Cc).
+  ops::scalar_decay_chunked_backward(a, states_, dys, nullptr, dxbc + di + N_, dxbc + di, dv, dg, nullptr, ws);
+  const float* Dp = P(off_D_);
+  const float* alog = P(off_alog_);
+  parallel_for(N, [&](i64 b, i64 e) {
+    for (i64 n = b; n < e; ++n)
+      for (i64 h = 0; h < nh; ++h) {
+        const float* xs = xbc_ + n * C + h * Pd;
+        const float* dvr = dv + n * di + h * Pd;
+        const float* dyr = dys + n * di + h * Pd;
+        float* dxr = dxbc + n * C + h * Pd;
+        const float dt = dt_[n * nh + h], d = Dp[h], A = -std::exp(alog[h]), dgv = dg[n * nh + h];
+        float ddt = 0.f, dD = 0.f;
+#pragma omp simd reduction(+ : ddt, dD)
+        for (i64 p = 0; p < Pd; ++p) {
+          ddt += dvr[p] * xs[p];
+          dD += dyr[p] * xs[p];
+          dxr[p] = d * dyr[p] + dt * dvr[p];
+        }
+        ddt += dgv * A;
+        // softplus'(dt_raw + dt_bias) = sigmoid(.) = 1 - exp(-dt)
+        const float draw = ddt * static_cast<float>(-std::expm1(-static_cast<double>(dt)));
+        dpre[n * Wi + 2 * di + 2 * N_ + h] = draw;
+        part[n * nh + h] = dD;
+        part[N * nh + n * nh + h] = dgv * dt;
+        part[2 * N * nh + n * nh + h] = draw;
+      }
+  }, 16);
+  // Per-head parameter gradients: fixed-order sums over tokens (deterministic whatever the thread count).
+  for (i64 h = 0; h < nh; ++h) {
+    double sD = 0, sA = 0, sB = 0;
+    for (i64 n = 0; n < N; ++n) {
+      sD += part[n * nh + h];
+      sA += part[N * nh + n * nh + h];
+      sB += part[2 * N * nh + n * nh + h];
+    }
+    const double A = -std::exp(static_cast<double>(alog[h]));
+    G(off_D_)[h] += static_cast<float>(sD);
+    G(off_alog_)[h] += static_cast<float>(sA * A);  // dA/dA_log = A
+    G(off_dtb_)[h] += static_cast<float>(sB);
+  }
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = T, c.C = C, c.W = kConv, c.u_row = Wi, c.silu = true;
+  c.u = pre_ + di, c.w = P(off_convw_), c.bias = P(off_convb_), c.doc_start = ds_;
+  ops::causal_conv1d_backward(c, dxbc, dpre + di, G(off_convw_), G(off_convb_), nullptr);
+  ops::linear_backward(x, P(off_in_), dpre, dx, G(off_in_), N, D_, Wi);
+  arena.release_to(mark);
+}
+
+std::unique_ptr<MixerState> Mamba2Mixer::new_state(i64 B, i64 max_len) const {
+  auto st = std::make_unique<Mamba2State>();
+  st->B = B;
+  st->conv.assign(static_cast<size_t>(B * (kConv - 1) * Cc()), 0.f);
+  st->ssm.assign(static_cast<size_t>(B * nh_ * N_ * P_), 0.f);
+  return st;
+}
+
+void Mamba2Mixer::step(const float* x, float* y, MixerState& state, i64 B) {
+  auto& st = static_cast<Mamba2State&>(state);
+  HLM_CHECK(B == st.B, "mamba2 step: batch {} but the state has {} rows", B, st.B);
+  const i64 Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
+  if (max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0) {
+    std::fill(st.conv.begin(), st.conv.end(), 0.f);
+    std::fill(st.ssm.begin(), st.ssm.end(), 0.f);
+  }
+  std::vector<float> pre(static_cast<size_t>(B * Wi)), xbc(static_cast<size_t>(B * C)),
+      g(static_cast<size_t>(B * nh)), v(static_cast<size_t>(B * di)), o(static_cast<size_t>(B * di)),
+      rstd(static_cast<size_t>(B));
+  ops::linear_forward(x, P(off_in_), pre.data(), B, D_, Wi);
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = 1, c.C = C, c.W = kConv, c.u_row = Wi, c.silu = true;
+  c.u = pre.data() + di, c.w = P(off_convw_), c.bias = P(off_convb_);
+  ops::causal_conv1d_step(c, st.conv.data(), xbc.data());
+  const float* dtb = P(off_dtb_);
+  const float* alog = P(off_alog_);
+  for (i64 b = 0; b < B; ++b)
+    for (i64 h = 0; h < nh; ++h) {
+      const float dt = softplus(pre[b * Wi + 2 * di + 2 * N_ + h] + dtb[h]);
+      g[b * nh + h] = -std::exp(alog[h]) * dt;
+      for (i64 p = 0; p < Pd; ++p) v[b * di + h * Pd + p] = dt * xbc[b * C + h * Pd + p];
+    }
+  ops::ScalarDecayArgs a;
+  a.B = B, a.T = 1, a.H = nh, a.Hk = 1, a.K = N_, a.V = Pd, a.scale = 1.f;
+  a.q_row = a.k_row = C;
+  a.q = xbc.data() + di + N_, a.k = xbc.data() + di, a.v = v.data(), a.g = g.data();
+  ops::scalar_decay_step(a, st.ssm.data(), o.data());
+  const float* Dp = P(off_D_);
+  for (i64 b = 0; b < B; ++b)
+    for (i64 i = 0; i < di; ++i) {
+      const float ys = o[b * di + i] + Dp[i / Pd] * xbc[b * C + i];
+      const float z = pre[b * Wi + i];
+      o[b * di + i] = ys * z / (1.f + std::exp(-z));
+    }
+  ops::rmsnorm_forward(o.data(), P(off_norm_), o.data(), rstd.data(), B, di, kNormEps);
+  ops::linear_forward(o.data(), P(off_out_), y, B, di, D_);
+  st.pos++;
+}
+
+void Mamba2Mixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) {
+  auto& st = static_cast<Mamba2State&>(state);
+  HLM_CHECK(B == st.B, "mamba2 prefill: batch {} but the state has {} rows", B, st.B);
+  // A span block starting exactly at this call's first token drops the carried conv and SSM state.
+  const bool reset0 = max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0;
+  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, arena);
+  float* fin = arena.floats(static_cast<i64>(st.ssm.size()), "mamba2 prefill final state");
+  run(x, y, B, T, ds, reset0 ? nullptr : st.conv.data(), st.conv.data(), reset0 ? nullptr : st.ssm.data(), fin,
+      arena);
+  std::copy(fin, fin + st.ssm.size(), st.ssm.begin());
+  st.pos += T;
+}
+
+}  // namespace hlm

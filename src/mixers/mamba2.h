@@ -1,0 +1,57 @@
+#pragma once
+// Mamba-2 mixer (M), state-spaces/mamba `Mamba2` with one B/C group (docs/model.md, docs/mixers.md):
+//   z | xBC | dt = x W_in;   xBC = silu(causal_conv1d_4(xBC) + bias);   x | B | C = xBC
+//   dt = softplus(dt + dt_bias);  A = -exp(A_log);  h_t = exp(dt A) h_{t-1} + dt x_t B_t^T;  y = h_t C_t + D x_t
+//   out = out_proj(RMSNorm_di(y * silu(z)))   (gate before the norm, eps 1e-5)
+// The SSM runs on the scalar-decay kernel (ops/scalar_decay_scan.h) with q = C, k = B (Hk = 1), v = dt x,
+// g = dt A. Decoding keeps a constant-size state: the conv's last 3 inputs and h [B, nh, N, P].
+#include "mixers/mixer.h"
+
+namespace hlm {
+
+class Mamba2Mixer final : public Mixer {
+ public:
+  Mamba2Mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  char letter() const override { return 'M'; }
+  void init_custom(Rng& rng) override;
+  void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
+  void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;
+  i64 saved_floats(i64 B, i64 T) const override;
+  i64 scratch_floats(i64 B, i64 T) const override;
+  FlopCount flops_per_token(i64 T) const override;
+  std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
+  void step(const float* x, float* y, MixerState& state, i64 B) override;
+  void prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) override;
+
+  i64 d_inner() const { return di_; }
+  i64 n_heads() const { return nh_; }
+  i64 head_dim() const { return P_; }
+  i64 d_state() const { return N_; }
+
+ private:
+  static constexpr i64 kConv = 4;  // conv width
+  static constexpr float kNormEps = 1e-5f;
+  i64 D_, di_, P_, nh_, N_, chunk_;
+  i64 off_in_, off_convw_, off_convb_, off_dtb_, off_alog_, off_D_, off_norm_, off_out_;
+  i64 Win() const { return 2 * di_ + 2 * N_ + nh_; }  // in_proj rows: z | x | B | C | dt
+  i64 Cc() const { return di_ + 2 * N_; }              // conv channels: x | B | C
+
+  // Forward on x[B, T, D] from (conv_init [B, 3, Cc], ssm_init [B, nh, N, P]; nullptr = zeros) to
+  // (conv_fin, ssm_fin; nullptr = not needed; conv_fin may alias conv_init, ssm_fin may not alias ssm_init).
+  void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
+           float* conv_fin, const float* ssm_init, float* ssm_fin, Arena& arena);
+  const int32_t* span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const;
+
+  // Saved by forward for backward (arena pointers).
+  float *pre_ = nullptr;     // [B*T, Win] in_proj output (z | xBC before conv | dt before softplus)
+  float *xbc_ = nullptr;     // [B*T, Cc]  silu(conv(xBC))
+  float *dt_ = nullptr;      // [B*T, nh]  softplus(dt + dt_bias)
+  float *g_ = nullptr;       // [B*T, nh]  dt * A
+  float *v_ = nullptr;       // [B*T, di]  dt * x
+  float *ys_ = nullptr;      // [B*T, di]  SSM output incl. D x (before the gate)
+  float *rstd_ = nullptr;    // [B*T]
+  float *states_ = nullptr;  // [B, nh, NC, N, P] chunk-entry states
+  const int32_t* ds_ = nullptr;
+};
+
+}  // namespace hlm
