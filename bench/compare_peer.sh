@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEER=${PEER:-../shared/bench/peer}
-BIN=./build/release/hybridlm
+BIN=${BIN:-./build/release/hybridlm}
 mkdir -p bench/results
 d=$(date +%Y-%m-%d)
 presets=("$@"); [ ${#presets[@]} -gt 0 ] || presets=(swa128-nope full)
