@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "ops/attention.h"
+#include "ops/fast_exp.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 
@@ -202,12 +203,17 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     for (i64 j = 0; j < n_ctx; ++j) {
       const float* k = &c.k[(b * c.capacity + j) * c.width + g * hd_];
       float d = 0;
+#pragma omp simd reduction(+ : d)
       for (i64 i = 0; i < hd_; ++i) d += q[i] * k[i];
       sc[j] = d * scale;
       mx = std::max(mx, sc[j]);
     }
     float sum = 0;
-    for (auto& v : sc) sum += (v = std::exp(v - mx));
+#pragma omp simd reduction(+ : sum)
+    for (i64 j = 0; j < n_ctx; ++j) {
+      sc[j] = ops::fast_exp(sc[j] - mx);
+      sum += sc[j];
+    }
     if (record_ && b == 0) {
       // Slot j of the ring holds absolute position pos - ((pos - j) mod capacity).
       auto abs_pos = [&](i64 j) { return pos - ((pos % c.capacity - j + c.capacity) % c.capacity); };
@@ -223,9 +229,11 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     }
     float* out = o.data() + b * H_ * hd_ + h * hd_;
     std::fill(out, out + hd_, 0.f);
+    const float inv = 1.0f / sum;
     for (i64 j = 0; j < n_ctx; ++j) {
       const float* v = &c.v[(b * c.capacity + j) * c.width + g * hd_];
-      const float p = sc[j] / sum;
+      const float p = sc[j] * inv;
+#pragma omp simd
       for (i64 i = 0; i < hd_; ++i) out[i] += p * v[i];
     }
   });
