@@ -5,6 +5,8 @@
 //   out = out_proj(RMSNorm_di(y * silu(z)))   (gate before the norm, eps 1e-5)
 // The SSM runs on the scalar-decay kernel (ops/scalar_decay_scan.h) with q = C, k = B (Hk = 1), v = dt x,
 // g = dt A. Decoding keeps a constant-size state: the conv's last 3 inputs and h [B, nh, N, P].
+#include <vector>
+
 #include "mixers/mixer.h"
 
 namespace hlm {
@@ -40,6 +42,7 @@ class Mamba2Mixer final : public Mixer {
   // (conv_fin, ssm_fin; nullptr = not needed; conv_fin may alias conv_init, ssm_fin may not alias ssm_init).
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
            float* conv_fin, const float* ssm_init, float* ssm_fin, Arena& arena);
+  std::vector<float> decay_rates() const;  // A = -exp(A_log) per head
   const int32_t* span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const;
 
   // Saved by forward for backward (arena pointers).

@@ -1,0 +1,236 @@
+// MQAR (associative recall, src/data/mqar.*): the generator's format and determinism, and the task doing
+// its job: a tiny 2-layer hybrid whose second layer carries long-range state (SWA + Lightning) learns
+// recall in a few seconds, while a purely local model (two window-4 SWA layers) stays at chance. (The
+// Mamba-2 and Gated DeltaNet hybrids do not learn it at this budget; see the disabled tests below.)
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "data/mqar.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/trainer.h"
+
+using namespace hlm;
+
+namespace {
+
+class MqarStream final : public BatchStream {
+ public:
+  MqarStream(const data::MqarConfig& c, std::uint64_t seed, i64 B) : gen_(c, seed), B_(B) {}
+  void next(Batch& b) override {
+    gen_.next(B_, tmp_);
+    b.B = tmp_.B;
+    b.T = tmp_.T;
+    b.inputs = tmp_.inputs;
+    b.targets = tmp_.targets;
+    b.doc_start.clear();
+  }
+  nlohmann::json state() const override { return {{"position", gen_.position()}}; }
+  void set_state(const nlohmann::json& s) override { gen_.set_position(s.at("position").get<std::uint64_t>()); }
+
+ private:
+  data::MqarGenerator gen_;
+  i64 B_;
+  data::MqarBatch tmp_;
+};
+
+data::MqarConfig task() {
+  data::MqarConfig c;
+  c.vocab_size = 128;
+  c.seq_len = 64;
+  c.num_kv_pairs = 8;
+  return c;
+}
+
+ModelConfig recall_model(const std::string& pattern) {
+  json j = {{"d_model", 64},       {"n_layers", 2},     {"n_heads", 2},       {"n_kv_heads", 2},
+            {"head_dim", 32},      {"d_ff", 128},       {"vocab_size", 128},  {"max_seq_len", 64},
+            {"pattern", pattern},  {"window", 4},       {"chunk_size", 32},   {"mamba_d_state", 32},
+            {"layer_types", {{"S", {{"rope", true}}}}}};
+  return ModelConfig::from_json(j, "recall test");
+}
+
+double accuracy(Model& m, std::uint64_t seed, int batches) {
+  data::MqarGenerator gen(task(), seed);
+  data::MqarBatch b;
+  double acc = 0;
+  for (int i = 0; i < batches; ++i) {
+    gen.next(64, b);
+    std::vector<float> logits(static_cast<size_t>(b.B * b.T * 128));
+    m.forward_logits(b.inputs.data(), nullptr, b.B, b.T, logits.data());
+    acc += data::mqar_accuracy(logits.data(), b.targets.data(), b.B * b.T, 128);
+  }
+  return acc / batches;
+}
+
+// Trains `pattern` on MQAR for `steps` steps of 32 rows; returns the recall accuracy on 256 held-out rows.
+// The N(0, 0.02) init of the large models is scaled by 3 (std 0.06, about 0.5/sqrt(d_model)): at
+// d_model 64 the 0.02 init starts with such weak signals that even full attention needs thousands of
+// steps to leave the plateau, with 0.06 the L and F hybrids solve the task in a few hundred.
+double train_recall(const std::string& pattern, long steps, double* seconds) {
+  ModelConfig cfg = recall_model(pattern);
+  Model m(cfg);
+  m.init(1);
+  for (const auto& p : m.registry().all())
+    if (p.init == Init::Normal)
+      for (i64 i = 0; i < p.shape.numel(); ++i) m.params()[p.offset + i] *= 3.0f;
+  MqarStream s(task(), 11, 32);
+  TrainConfig tc;
+  tc.steps = steps;
+  tc.batch = 32;
+  tc.seq_len = 64;
+  tc.schedule.kind = "constant";
+  tc.schedule.lr = 3e-3;
+  tc.schedule.warmup = 20;
+  tc.adamw.weight_decay = 0.1;
+  tc.eval_every = 0;
+  tc.quiet = true;
+  // One thread: at this size (2048 tokens x d 64 per step) the work per parallel region is tiny, and on a
+  // shared, oversubscribed machine every OpenMP barrier can cost a scheduler time slice (measured: the same
+  // 400 steps took 56 s with 2 threads under load, 6 s with 1).
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Timer t;
+  Trainer tr(m, tc, s, nullptr);
+  tr.run();
+  *seconds = t.seconds();
+  const double acc = accuracy(m, 999, 4);
+  omp_set_num_threads(threads);
+  return acc;
+}
+
+bool has_mixer(char letter) {
+  try {
+    Model probe(recall_model(std::string("S") + letter));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+TEST(Mqar, RowsHaveTheZoologyFormat) {
+  const data::MqarConfig c = task();
+  data::MqarGenerator gen(c, 5);
+  data::MqarBatch b;
+  gen.next(200, b);
+  ASSERT_EQ(b.inputs.size(), 200u * 64u);
+  const i64 kv = c.num_kv_pairs, half = c.vocab_size / 2;
+  std::map<i64, int> gap_hist;
+  for (i64 r = 0; r < b.B; ++r) {
+    const int32_t* in = b.inputs.data() + r * b.T;
+    const int32_t* tg = b.targets.data() + r * b.T;
+    std::map<int32_t, int32_t> kvmap;
+    std::set<int32_t> vals;
+    for (i64 i = 0; i < kv; ++i) {
+      ASSERT_GE(in[2 * i], 1);
+      ASSERT_LT(in[2 * i], half);
+      ASSERT_GE(in[2 * i + 1], half);
+      ASSERT_LT(in[2 * i + 1], c.vocab_size);
+      ASSERT_TRUE(kvmap.emplace(in[2 * i], in[2 * i + 1]).second) << "keys repeat within a row";
+      ASSERT_TRUE(vals.insert(in[2 * i + 1]).second) << "values repeat within a row";
+      ASSERT_EQ(tg[2 * i], -1);
+      ASSERT_EQ(tg[2 * i + 1], -1);
+    }
+    int queries = 0;
+    for (i64 t = 2 * kv; t < b.T; ++t) {
+      ASSERT_GE(in[t], 0);
+      ASSERT_LT(in[t], c.vocab_size);
+      if (tg[t] >= 0) {
+        ++queries;
+        ASSERT_EQ((t - 2 * kv) % 2, 0) << "queries sit at even offsets of the query region";
+        ASSERT_EQ(kvmap.count(in[t]), 1u);
+        ASSERT_EQ(tg[t], kvmap[in[t]]) << "target = the queried key's value";
+        gap_hist[(t - 2 * kv) / 2]++;
+      }
+    }
+    ASSERT_EQ(queries, kv) << "every key is queried exactly once";
+  }
+  // power_a = 0.01 favours early slots: slot 0 is used far more often than the last slot.
+  EXPECT_GT(gap_hist[0], 4 * std::max(1, gap_hist[(64 - 16) / 2 - 1]));
+}
+
+TEST(Mqar, DeterministicBySeedAndResumable) {
+  data::MqarGenerator a(task(), 3), b(task(), 3), c(task(), 4);
+  data::MqarBatch x, y, z;
+  a.next(8, x);
+  b.next(8, y);
+  c.next(8, z);
+  EXPECT_EQ(x.inputs, y.inputs);
+  EXPECT_EQ(x.targets, y.targets);
+  EXPECT_NE(x.inputs, z.inputs);
+  a.next(8, x);  // second batch
+  b.set_position(8);
+  b.next(8, y);
+  EXPECT_EQ(x.inputs, y.inputs);
+  EXPECT_EQ(a.position(), 16u);
+}
+
+TEST(Mqar, BadConfigsAreErrorsNamingTheField) {
+  data::MqarConfig c = task();
+  c.vocab_size = 16;  // keys [1, 8) hold only 7
+  EXPECT_THROW(data::MqarGenerator(c, 1), Error);
+  c = task();
+  c.seq_len = 30;  // 16 context + 7 query slots < 8
+  try {
+    data::MqarGenerator g(c, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("seq_len"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Mqar, AccuracyScorer) {
+  const float logits[3 * 4] = {0, 1, 0, 0, /**/ 5, 0, 0, 0, /**/ 0, 0, 0, 9};
+  const int32_t targets[3] = {1, -1, 2};
+  EXPECT_DOUBLE_EQ(data::mqar_accuracy(logits, targets, 3, 4), 0.5);
+  const int32_t pred[3] = {1, 0, 2};
+  EXPECT_DOUBLE_EQ(data::mqar_accuracy_from_predictions(pred, targets, 3), 1.0);
+}
+
+// Chance is 1/64 (the value range); knowing which 8 values the row holds gives 1/8.
+TEST(Recall, LightningHybridLearnsMqar) {
+  double sec = 0;
+  const double acc = train_recall("SL", 400, &sec);
+  RecordProperty("accuracy", fmt::format("{:.3f}", acc));
+  RecordProperty("seconds", fmt::format("{:.1f}", sec));
+  EXPECT_GT(acc, 0.9) << "SL recall accuracy after " << sec << " s";
+}
+
+// Disabled: at this size and budget the hybrids whose efficient layer has a short conv and input-dependent
+// decay do not learn the task. Measured with this exact recipe (1 thread): SM stays at chance (0.01-0.02)
+// after 400, 600 and 5000 steps; SG at 0.02 after 600 steps; variations tried for SM (lr 1e-3..1e-2, init
+// scale 1..6, d_model 128 / d_state 64, long-memory dt_bias / A_log, D = 0, identity conv, no weight
+// decay, 4 kv pairs, vocab 32) reach at most 0.17 in 600 steps. The float32 PyTorch model of
+// tools/reference/model.py trained the same way gives the same picture for SM (0.09 after 600 steps),
+// and the golden files match this engine's 10-step AdamW curves for M and G, so it is the architecture
+// with this recipe, not the kernels. Kept as targets for a better recipe; run them with
+// --gtest_also_run_disabled_tests.
+TEST(Recall, DISABLED_Mamba2HybridLearnsMqar) {
+  double sec = 0;
+  const double acc = train_recall("SM", 2000, &sec);
+  RecordProperty("accuracy", fmt::format("{:.3f}", acc));
+  EXPECT_GT(acc, 0.9) << "SM recall accuracy after " << sec << " s";
+}
+
+TEST(Recall, DISABLED_GatedDeltaNetHybridLearnsMqar) {
+  if (!has_mixer('G')) GTEST_SKIP() << "this build has no G mixer yet";
+  double sec = 0;
+  const double acc = train_recall("SG", 2000, &sec);
+  RecordProperty("accuracy", fmt::format("{:.3f}", acc));
+  EXPECT_GT(acc, 0.9) << "SG recall accuracy after " << sec << " s";
+}
+
+TEST(Recall, LocalOnlyModelStaysNearChance) {
+  double sec = 0;
+  const double acc = train_recall("SS", 400, &sec);
+  RecordProperty("accuracy", fmt::format("{:.3f}", acc));
+  EXPECT_LT(acc, 0.1) << "SS (window 4) recall accuracy after " << sec << " s";
+}
