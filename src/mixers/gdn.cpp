@@ -7,7 +7,7 @@
 
 #include "core/parallel.h"
 #include "ops/causal_conv1d.h"
-#include "ops/expf_simd.h"
+#include "ops/fast_exp.h"
 #include "ops/gated_delta.h"
 #include "ops/l2norm.h"
 #include "ops/matmul.h"
@@ -21,7 +21,7 @@ inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t))
 
 // Element-wise pieces (float for the engine; the gates are computed in double, there are only H per token).
 #pragma omp declare simd
-inline float sigmoidf_simd(float x) { return 1.f / (1.f + ops::expf_simd(-x)); }
+inline float sigmoidf_simd(float x) { return 1.f / (1.f + ops::fast_exp(-x)); }
 inline double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }  // torch's threshold
 inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/expf_simd.h"
+#include "ops/fast_exp.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 #include "ops/scalar_decay_scan.h"
@@ -29,9 +29,9 @@ inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t))
 // Activations of one row of the fused projection: silu on q|k|v (3*HK), sigmoid on the gate (HK).
 void activate_row(const float* pre, float* act, i64 HK) {
 #pragma omp simd
-  for (i64 i = 0; i < 3 * HK; ++i) act[i] = pre[i] / (1.f + ops::expf_simd(-pre[i]));
+  for (i64 i = 0; i < 3 * HK; ++i) act[i] = pre[i] / (1.f + ops::fast_exp(-pre[i]));
 #pragma omp simd
-  for (i64 i = 3 * HK; i < 4 * HK; ++i) act[i] = 1.f / (1.f + ops::expf_simd(-pre[i]));
+  for (i64 i = 3 * HK; i < 4 * HK; ++i) act[i] = 1.f / (1.f + ops::fast_exp(-pre[i]));
 }
 
 }  // namespace
@@ -201,7 +201,7 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
       float* dr = dpre + n * W4;
 #pragma omp simd
       for (i64 i = 0; i < 3 * HK; ++i) {
-        const float s = 1.f / (1.f + ops::expf_simd(-pr[i]));
+        const float s = 1.f / (1.f + ops::fast_exp(-pr[i]));
         dr[i] *= s * (1.f + pr[i] * (1.f - s));
       }
     }

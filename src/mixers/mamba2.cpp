@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/causal_conv1d.h"
-#include "ops/expf_simd.h"
+#include "ops/fast_exp.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 #include "ops/scalar_decay_scan.h"
@@ -163,7 +163,7 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
         for (i64 p = h * Pd; p < (h + 1) * Pd; ++p) yr[p] += d * xs[p];
       }
 #pragma omp simd
-      for (i64 i = 0; i < di; ++i) gr[i] = yr[i] * z[i] / (1.f + ops::expf_simd(-z[i]));
+      for (i64 i = 0; i < di; ++i) gr[i] = yr[i] * z[i] / (1.f + ops::fast_exp(-z[i]));
     }
   }, 16);
   ops::rmsnorm_forward(yg, P(off_norm_), yg, rstd_, N, di, kNormEps);
@@ -194,7 +194,7 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
       float* nr = nrm + n * di;
 #pragma omp simd
       for (i64 i = 0; i < di; ++i) {
-        gr[i] = yr[i] * z[i] / (1.f + ops::expf_simd(-z[i]));
+        gr[i] = yr[i] * z[i] / (1.f + ops::fast_exp(-z[i]));
         nr[i] = gr[i] * r * wn[i];
       }
     }
@@ -213,7 +213,7 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
       float* dz = dpre + n * Wi;
 #pragma omp simd
       for (i64 i = 0; i < di; ++i) {
-        const float sg = 1.f / (1.f + ops::expf_simd(-z[i]));
+        const float sg = 1.f / (1.f + ops::fast_exp(-z[i]));
         dyr[i] = dgr[i] * z[i] * sg;
         dz[i] = dgr[i] * yr[i] * sg * (1.f + z[i] * (1.f - sg));
       }

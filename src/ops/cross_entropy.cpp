@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/expf_simd.h"
+#include "ops/fast_exp.h"
 #include "ops/matmul.h"
 
 namespace hlm::ops {
@@ -122,9 +122,9 @@ double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets
           const float m_old = M[rb + r], m_new = std::max(m_old, tmax);
           float s = 0.f;
 #pragma omp simd reduction(+ : s)
-          for (i64 k = 0; k < cols; ++k) s += expf_simd(row[k] - m_new);
-          // expf_simd(-inf) == 0 covers the first chunk.
-          S[rb + r] = S[rb + r] * expf_simd(m_old - m_new) + s;
+          for (i64 k = 0; k < cols; ++k) s += fast_exp(row[k] - m_new);
+          // fast_exp(-inf) == 0 covers the first chunk.
+          S[rb + r] = S[rb + r] * fast_exp(m_old - m_new) + s;
           M[rb + r] = m_new;
           const i64 tg = targets[rb + r];
           if (tg >= v0 && tg < v0 + cols) tgt[rb + r] = row[tg - v0];
@@ -186,7 +186,7 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
           }
           const float l = lse[rb + r];
 #pragma omp simd
-          for (i64 k = 0; k < cols; ++k) row[k] = expf_simd(row[k] - l) * grad_scale;
+          for (i64 k = 0; k < cols; ++k) row[k] = fast_exp(row[k] - l) * grad_scale;
           if (tg >= v0 && tg < v0 + cols) row[tg - v0] -= grad_scale;
         }
         // dh[rows, D] (+)= dlogits[rows, cols] W[v0:v0+cols, D]; the group's first chunk overwrites.

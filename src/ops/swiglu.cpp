@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/expf_simd.h"
+#include "ops/fast_exp.h"
 
 namespace hlm::ops {
 
@@ -15,8 +15,8 @@ void swiglu_forward(const float* gu, float* h, i64 N, i64 F) {
       float* hr = h + n * F;            // [F]
 #pragma omp simd
       for (i64 f = 0; f < F; ++f) {
-        // sigmoid(g) = 1 / (1 + exp(-g)); expf_simd returns 0 / saturates at the extremes, so this stays finite.
-        const float s = 1.f / (1.f + expf_simd(-g[f]));
+        // sigmoid(g) = 1 / (1 + exp(-g)); fast_exp returns 0 / saturates at the extremes, so this stays finite.
+        const float s = 1.f / (1.f + fast_exp(-g[f]));
         hr[f] = g[f] * s * u[f];
       }
     }
@@ -34,7 +34,7 @@ void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F)
       float* du = dg + F;           // [F] d up
 #pragma omp simd
       for (i64 f = 0; f < F; ++f) {
-        const float s = 1.f / (1.f + expf_simd(-g[f]));
+        const float s = 1.f / (1.f + fast_exp(-g[f]));
         const float silu = g[f] * s;
         // d silu / dg = s * (1 + g * (1 - s))
         dg[f] = d[f] * u[f] * s * (1.f + g[f] * (1.f - s));
