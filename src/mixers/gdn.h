@@ -44,9 +44,6 @@ class GatedDeltaNetMixer final : public Mixer {
   // save_states: also keep the chunk-entry states for backward (training).
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init, float* conv_fin,
            const float* S_init, float* S_fin, bool save_states, Arena& arena);
-  // doc_start combined with the probe's max span (state reset at every multiple of max_span_ of the absolute
-  // position pos0 + t); doc_start itself when no span is set.
-  const int32_t* span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const;
 
   // Saved by forward for backward (arena pointers).
   float* proj_ = nullptr;  // [B*T, Wp]   x W: q | k | v before the conv, gp, b, a before their activations

@@ -90,18 +90,6 @@ FlopCount LightningMixer::flops_per_token(i64 T) const {
   return f;
 }
 
-const int32_t* LightningMixer::span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const {
-  if (max_span_ <= 0) return doc_start;
-  int32_t* ds = arena.ints(B * T, "lightning span doc_start");
-  for (i64 b = 0; b < B; ++b)
-    for (i64 t = 0; t < T; ++t) {
-      const i64 blk = std::max<i64>(0, t - (pos0 + t) % max_span_);  // in-row start of t's span block
-      const i64 d = doc_start ? doc_start[b * T + t] : 0;
-      ds[b * T + t] = static_cast<int32_t>(std::max(d, blk));
-    }
-  return ds;
-}
-
 void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init,
                          float* fin, Arena& arena) {
   const i64 N = B * T, HK = this->HK(), W4 = 4 * HK;

@@ -35,9 +35,6 @@ class LightningMixer final : public Mixer {
   // buffers come from `arena` and their pointers are kept in the members below for backward.
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init, float* fin,
            Arena& arena);
-  // doc_start combined with the probe's max span (state reset at absolute positions that are multiples of it);
-  // pos0 = absolute position of token 0. Returns doc_start itself when no span is set.
-  const int32_t* span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const;
 
   i64 D_, H_, hd_, chunk_;
   i64 off_w_, off_norm_, off_wo_;  // off_w_: q|k|v|output_gate fused [4*H*hd, D]

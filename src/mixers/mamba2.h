@@ -43,7 +43,6 @@ class Mamba2Mixer final : public Mixer {
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
            float* conv_fin, const float* ssm_init, float* ssm_fin, Arena& arena);
   std::vector<float> decay_rates() const;  // A = -exp(A_log) per head
-  const int32_t* span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const;
 
   // Saved by forward for backward (arena pointers).
   float *pre_ = nullptr;     // [B*T, Win] in_proj output (z | xBC before conv | dt before softplus)

@@ -69,6 +69,9 @@ class Mixer {
   i64 max_span() const { return max_span_; }
 
  protected:
+  // doc_start with an extra document start every max_span_ absolute positions (the probe's state reset for
+  // recurrent mixers); returns doc_start itself when no span is set. pos0: absolute position of t = 0.
+  const int32_t* span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const;
   // Parameter / gradient pointer from a registry offset (ParamInfo::offset).
   const float* P(i64 offset) const { return params_ + offset; }
   float* G(i64 offset) const { return grads_ + offset; }
