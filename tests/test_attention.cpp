@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -366,4 +368,123 @@ TEST(Attention, BadArgumentsThrowWithOpName) {
   ops::attention_forward(s, p, 64, p, p, 64, p + 2048, p + 3072, good.data());
   expect_msg([&] { ops::attention_forward(s, p, 64, p, p, 64, p + 2048, p + 3072, bad.data()); },
              "attention_forward: doc_start");
+}
+
+// ---- key offset (Tk > T): a prefill chunk of T queries after Tk - T cached keys -----------------------
+namespace {
+
+struct OffCase {
+  i64 B, T, Tk, H, Hkv, hd, W;
+  std::string name() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " Tk=" + std::to_string(Tk) +
+           " H=" + std::to_string(H) + " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) +
+           " W=" + std::to_string(W);
+  }
+};
+
+// Naive masked attention in double: query t of row b is position p = t + Tk - T and sees keys
+// j <= p with j > p - W (W > 0). q: [B, T, H, hd]; k, v: [B, Tk, Hkv, hd] (kv row stride ks).
+void offset_reference(const OffCase& c, const std::vector<float>& q, const std::vector<float>& k,
+                      const std::vector<float>& v, i64 ks, std::vector<double>& o, std::vector<double>& lse) {
+  const i64 hpg = c.H / c.Hkv, off = c.Tk - c.T;
+  const double scale = 1.0 / std::sqrt(double(c.hd));
+  o.assign(c.B * c.T * c.H * c.hd, 0.0);
+  lse.assign(c.B * c.H * c.T, 0.0);
+  std::vector<double> s(c.Tk);
+  for (i64 b = 0; b < c.B; ++b)
+    for (i64 h = 0; h < c.H; ++h)
+      for (i64 t = 0; t < c.T; ++t) {
+        const i64 p = t + off, g = h / hpg;
+        const i64 j0 = c.W > 0 ? std::max<i64>(0, p - c.W + 1) : 0;
+        double mx = -1e300;
+        for (i64 j = j0; j <= p; ++j) {
+          double d = 0;
+          for (i64 e = 0; e < c.hd; ++e)
+            d += double(q[((b * c.T + t) * c.H + h) * c.hd + e]) * k[(b * c.Tk + j) * ks + g * c.hd + e];
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (i64 j = j0; j <= p; ++j) sum += std::exp(s[j] - mx);
+        lse[(b * c.H + h) * c.T + t] = mx + std::log(sum);
+        for (i64 j = j0; j <= p; ++j)
+          for (i64 e = 0; e < c.hd; ++e)
+            o[((b * c.T + t) * c.H + h) * c.hd + e] += std::exp(s[j] - mx) / sum * v[(b * c.Tk + j) * ks + g * c.hd + e];
+      }
+}
+
+}  // namespace
+
+TEST(Attention, KeyOffsetForwardMatchesDoubleReference) {
+  // Offsets that are and are not tile multiples, chunks shorter and longer than the window, one query,
+  // windows of 1, GQA, T = Tk (no offset) through the same path.
+  const std::vector<OffCase> cs = {
+      {1, 1, 1, 1, 1, 16, 0},     {1, 1, 200, 2, 1, 32, 0},   {1, 1, 200, 2, 1, 32, 5},
+      {2, 7, 70, 4, 2, 16, 0},    {2, 7, 70, 4, 2, 16, 20},   {1, 64, 128, 2, 2, 64, 0},
+      {1, 65, 190, 4, 1, 32, 64}, {1, 100, 163, 2, 1, 16, 1}, {3, 33, 96, 2, 2, 24, 127},
+      {1, 130, 130, 2, 1, 32, 0}, {1, 130, 131, 2, 1, 32, 50}, {1, 3, 300, 4, 4, 16, 300},
+      {2, 90, 400, 4, 2, 32, 0},  {1, 200, 327, 4, 2, 64, 128}, {1, 40, 167, 4, 2, 64, 128},
+  };
+  for (const OffCase& c : cs) {
+    const i64 ks = c.Hkv * c.hd + 5;  // padded key rows: the stride is honoured
+    auto q = randn(c.B * c.T * c.H * c.hd, 900 + c.T);
+    auto k = randn(c.B * c.Tk * ks, 901 + c.Tk), v = randn(c.B * c.Tk * ks, 902 + c.W);
+    std::vector<double> ro, rl;
+    offset_reference(c, q, k, v, ks, ro, rl);
+    auto o = nan_vec(c.B * c.T * c.H * c.hd), lse = nan_vec(c.B * c.H * c.T);
+    ops::AttentionShape s;
+    s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
+    ops::attention_forward(s, q.data(), c.H * c.hd, k.data(), v.data(), ks, o.data(), lse.data());
+    EXPECT_TRUE(close_rel(o, ro, 2e-6, "o " + c.name()));
+    EXPECT_TRUE(close_rel(lse, rl, 1e-6, "lse " + c.name()));
+  }
+}
+
+// Chunks over a sequence with keys [0, end) give the whole-sequence forward's rows (the prefill identity).
+TEST(Attention, KeyOffsetChunksEqualTheWholeForward) {
+  for (i64 W : {i64{0}, i64{37}}) {
+    Case c{1, 150, 4, 2, 32, W};
+    auto qkv = randn(c.T * c.stride(), 77 + W);
+    auto whole = run_kernel(c, qkv, nullptr);
+    std::vector<float> got = nan_vec(whole.o.size());
+    const i64 st = c.stride();
+    const i64 sizes[4] = {70, 3, 1, 64};  // shorter and longer than the window and the tile
+    for (i64 t0 = 0, i = 0; t0 < c.T; ++i) {
+      const i64 n = std::min<i64>(c.T - t0, sizes[i % 4]);
+      ops::AttentionShape s = c.shape();
+      s.T = n, s.Tk = t0 + n;
+      std::vector<float> lse = nan_vec(c.H * n);
+      ops::attention_forward(s, qkv.data() + t0 * st, st, qkv.data() + c.koff(), qkv.data() + c.voff(), st,
+                             got.data() + t0 * c.H * c.hd, lse.data());
+      for (i64 h = 0; h < c.H; ++h)
+        for (i64 t = 0; t < n; ++t) ASSERT_FLOAT_EQ(lse[h * n + t], whole.lse[h * c.T + t0 + t]) << t0;
+      t0 += n;
+    }
+    EXPECT_TRUE(close_rel(got, whole.o, 1e-6, "chunked W=" + std::to_string(W)));
+  }
+}
+
+TEST(Attention, KeyOffsetBadArgumentsThrow) {
+  std::vector<float> buf(4096, 0.f);
+  float* p = buf.data();
+  ops::AttentionShape s, s6;
+  s.B = 1, s.T = 4, s.Tk = 3, s.H = 2, s.Hkv = 1, s.hd = 8;
+  s6 = s;
+  s6.Tk = 6;
+  std::vector<int32_t> ds = {0, 0, 0, 0};
+  const std::vector<std::pair<std::function<void()>, std::string>> bad = {
+      {[&] { ops::attention_forward(s, p, 16, p, p, 8, p + 1024, p + 2048); }, "attention_forward: Tk=3"},
+      {[&] { ops::attention_forward(s6, p, 16, p, p, 8, p + 1024, p + 2048, ds.data()); },
+       "attention_forward: doc_start needs Tk == T"},
+      {[&] { ops::attention_backward(s6, p, 16, p, p, 8, p, p, p, p, p, p); }, "attention_backward: needs Tk == T"},
+  };
+  for (const auto& [fn, prefix] : bad) {
+    std::string msg = "(no throw)";
+    try {
+      fn();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg << " wanted " << prefix;
+  }
 }

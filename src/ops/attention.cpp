@@ -196,7 +196,9 @@ inline i64 next_tile(i64 it, i64 seg, i64 nseg, i64 nt) {
 
 // ---- shapes and masks -------------------------------------------------------------------------------
 struct Geom {
-  i64 B, T, H, Hkv, hd, hpg, W, nt;  // W: effective window (T for full causal); nt: tiles per row
+  // W: effective window (Tk for full causal); nt: query tiles per row. Keys: Tk per row in ntk tiles, and
+  // query t sits at key index t + off (off = Tk - T, 0 in training).
+  i64 B, T, H, Hkv, hd, hpg, W, nt, Tk, off, ntk;
   float scale;
   bool par;  // worth a parallel region (tiny calls lose more to thread wake-ups than they gain)
 };
@@ -207,27 +209,33 @@ Geom check_and_geom(const char* op, const AttentionShape& s, i64 q_stride, i64 k
   HLM_CHECK(s.H % s.Hkv == 0, "{}: H={} is not a multiple of Hkv={} (B={} T={} hd={})", op, s.H, s.Hkv, s.B, s.T, s.hd);
   HLM_CHECK(s.window >= 0, "{}: negative window {} (B={} T={} H={} hd={})", op, s.window, s.B, s.T, s.H, s.hd);
   HLM_CHECK(std::isfinite(s.scale) && s.scale >= 0, "{}: bad scale {} (hd={})", op, s.scale, s.hd);
+  HLM_CHECK(s.Tk == 0 || s.Tk >= s.T, "{}: Tk={} keys for T={} queries (need Tk >= T or Tk = 0; B={} H={} hd={})", op,
+            s.Tk, s.T, s.B, s.H, s.hd);
   HLM_CHECK(q_stride >= s.H * s.hd, "{}: q_stride {} < H*hd = {}*{} (B={} T={})", op, q_stride, s.H, s.hd, s.B, s.T);
   HLM_CHECK(kv_stride >= s.Hkv * s.hd, "{}: kv_stride {} < Hkv*hd = {}*{} (B={} T={})", op, kv_stride, s.Hkv, s.hd, s.B,
             s.T);
   Geom g;
   g.B = s.B, g.T = s.T, g.H = s.H, g.Hkv = s.Hkv, g.hd = s.hd, g.hpg = s.H / s.Hkv;
-  g.W = (s.window == 0 || s.window >= s.T) ? s.T : s.window;
+  g.Tk = s.Tk > 0 ? s.Tk : s.T;
+  g.off = g.Tk - s.T;
+  g.W = (s.window == 0 || s.window >= g.Tk) ? g.Tk : s.window;
   g.nt = (s.T + kTile - 1) / kTile;
-  g.par = static_cast<double>(s.B * s.H * s.hd) * static_cast<double>(s.T) * static_cast<double>(std::min(g.W, s.T)) >
+  g.ntk = (g.Tk + kTile - 1) / kTile;
+  g.par = static_cast<double>(s.B * s.H * s.hd) * static_cast<double>(s.T) * static_cast<double>(g.W) >
           static_cast<double>(1 << 22);
   g.scale = s.scale != 0.f ? s.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
   return g;
 }
 
-// lo[b*T + t] = first key token t sees: max(doc start, t - W + 1). Documents must be contiguous runs
-// (each doc_start is either the previous one or t itself), which makes lo non-decreasing in t.
+// lo[b*T + t] = first key index query t sees: max(doc start, t + off - W + 1). Documents must be contiguous
+// runs (each doc_start is either the previous one or t itself), which makes lo non-decreasing in t.
 const int32_t* first_keys(const char* op, const Geom& g, const int32_t* doc_start) {
-  HLM_CHECK(g.T < (i64{1} << 30), "{}: T={} too long", op, g.T);
+  HLM_CHECK(g.Tk < (i64{1} << 30), "{}: T={} Tk={} too long", op, g.T, g.Tk);
+  HLM_CHECK(!doc_start || g.off == 0, "{}: doc_start needs Tk == T (got T={} Tk={})", op, g.T, g.Tk);
   auto* lo = reinterpret_cast<int32_t*>(scratch(15, static_cast<size_t>(g.B * g.T)));
   for (i64 b = 0; b < g.B; ++b)
     for (i64 t = 0; t < g.T; ++t) {
-      i64 l = std::max<i64>(0, t - g.W + 1);
+      i64 l = std::max<i64>(0, t + g.off - g.W + 1);
       if (doc_start) {
         const i64 d = doc_start[b * g.T + t];
         const i64 prev = t > 0 ? doc_start[b * g.T + t - 1] : 0;
@@ -251,6 +259,7 @@ struct TileMask {
   // per 4-key block: 16-query vectors [w0, w1) that see any of its keys (v0 == v1 etc.: nothing)
   int v0[kTile / kRB], v1[kTile / kRB], kb[kTile / kRB], ke[kTile / kRB];
   int w0[kTile / kRB], w1[kTile / kRB];
+  // i0: key index of the tile's first query (its diagonal), k0: the key tile's first key index.
   void build(const int32_t* lo_row, i64 i0, int nq, i64 k0, int nk) {
     for (int r = 0; r < nq; ++r) {
       cl[r] = static_cast<int>(std::max<i64>(lo_row[r] - k0, 0));
@@ -396,7 +405,7 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
                        i64 kv_stride, float* o, float* lse, const int32_t* doc_start) {
   const Geom g = check_and_geom("attention_forward", s, q_stride, kv_stride);
   HLM_CHECK(q && k && v && o && lse, "attention_forward: null pointer (B={} T={} H={} hd={})", g.B, g.T, g.H, g.hd);
-  const i64 B = g.B, T = g.T, H = g.H, Hkv = g.Hkv, hd = g.hd, nt = g.nt;
+  const i64 B = g.B, T = g.T, H = g.H, Hkv = g.Hkv, hd = g.hd, nt = g.nt, Tk = g.Tk, off = g.off, ntk = g.ntk;
   const int32_t* lo = first_keys("attention_forward", g, doc_start);
   const float c2 = g.scale * kLog2e;  // scores in the log2 domain
 
@@ -410,13 +419,13 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
   const i64 n_units = B * Hkv * nseg;
 #pragma omp parallel if (g.par)
   {
-    const size_t row_n = static_cast<size_t>(nt * kTile * hd);
-    float* k_all = scratch(3, row_n);                           // K rows [T, hd]
-    float* v_all = scratch(4, row_n);                           // V rows [T, hd]
+    const size_t row_n = static_cast<size_t>(ntk * kTile * hd);
+    float* k_all = scratch(3, row_n);                           // K rows [Tk, hd]
+    float* v_all = scratch(4, row_n);                           // V rows [Tk, hd]
     float* st = scratch(0, kTile * kTile);                      // S^T then P^T  [64 keys, 64 queries]
     float* oacc = scratch(1, static_cast<size_t>(kTile * hd));  // O              [64 queries, hd]
     float* qt = scratch(2, static_cast<size_t>(kTile * hd));    // Q^T * scale * log2(e)  [hd, 64]
-    std::vector<char> packed(static_cast<size_t>(nt));
+    std::vector<char> packed(static_cast<size_t>(ntk));
     alignas(64) float m[kTile], l[kTile], alpha[kTile];  // running max (log2 domain), sum, rescale
     TileMask tm;
     Prefetcher pf;
@@ -430,7 +439,7 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
           const int nq = static_cast<int>(std::min<i64>(kTile, T - i0)), nqv = (nq + 15) / 16;
           const int32_t* lo_row = lo + b * T + i0;
           pack_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt);
-          const i64 j_first = lo_row[0] / kTile, j_last = (i0 + nq - 1) / kTile;
+          const i64 j_first = lo_row[0] / kTile, j_last = (i0 + off + nq - 1) / kTile;
           // This tile's output rows, the next query tile and the next key tile not yet copied.
           pf.flush();
           pf.clear();
@@ -438,9 +447,9 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
           if (const i64 it1 = next_tile(it, seg, nseg, nt); it1 < nt)
             pf.add(q + (b * T + it1 * kTile) * q_stride + h * hd, q_stride, std::min<i64>(kTile, T - it1 * kTile), hd,
                    false);
-          if (j_last + 1 < nt && !packed[j_last + 1]) {
-            const i64 k1 = (b * T + (j_last + 1) * kTile) * kv_stride + gh * hd;
-            const i64 n1 = std::min<i64>(kTile, T - (j_last + 1) * kTile);
+          if (j_last + 1 < ntk && !packed[j_last + 1]) {
+            const i64 k1 = (b * Tk + (j_last + 1) * kTile) * kv_stride + gh * hd;
+            const i64 n1 = std::min<i64>(kTile, Tk - (j_last + 1) * kTile);
             pf.add(k + k1, kv_stride, n1, hd, false);
             pf.add(v + k1, kv_stride, n1, hd, false);
           }
@@ -449,13 +458,13 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
           std::fill(oacc, oacc + nq * hd, 0.f);
           for (i64 j = j_first; j <= j_last; ++j) {
             const i64 k0 = j * kTile;
-            const int nk = static_cast<int>(std::min<i64>(kTile, T - k0));
-            tm.build(lo_row, i0, nq, k0, nk);
+            const int nk = static_cast<int>(std::min<i64>(kTile, Tk - k0));
+            tm.build(lo_row, i0 + off, nq, k0, nk);
             float* kbuf = k_all + k0 * hd;  // [nk, hd]
             float* vbuf = v_all + k0 * hd;
             if (!packed[j]) {
-              pack_rows(k + (b * T + k0) * kv_stride + gh * hd, kv_stride, nk, hd, kbuf);
-              pack_rows(v + (b * T + k0) * kv_stride + gh * hd, kv_stride, nk, hd, vbuf);
+              pack_rows(k + (b * Tk + k0) * kv_stride + gh * hd, kv_stride, nk, hd, kbuf);
+              pack_rows(v + (b * Tk + k0) * kv_stride + gh * hd, kv_stride, nk, hd, vbuf);
               packed[j] = 1;
             }
             // S^T[c0:c0+mc, visible query vectors] = K Q^T
@@ -543,6 +552,8 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
                         i64 kv_stride, const float* o, const float* lse, const float* dout, float* dq, float* dk,
                         float* dv, const int32_t* doc_start) {
   const Geom g = check_and_geom("attention_backward", s, q_stride, kv_stride);
+  HLM_CHECK(g.off == 0, "attention_backward: needs Tk == T (got T={} Tk={}; the key offset is forward only)", g.T,
+            g.Tk);
   HLM_CHECK(q && k && v && o && lse && dout && dq && dk && dv,
             "attention_backward: null pointer (B={} T={} H={} hd={})", g.B, g.T, g.H, g.hd);
   const i64 B = g.B, T = g.T, H = g.H, Hkv = g.Hkv, hd = g.hd, nt = g.nt, hpg = g.hpg;

@@ -14,16 +14,21 @@ struct AttentionShape {
   i64 B = 1, T = 1, H = 1, Hkv = 1, hd = 64;
   i64 window = 0;     // 0 = full causal
   float scale = 0;    // 0 = 1/sqrt(hd)
+  // Keys per row; 0 = T. With Tk > T (forward only) the T queries are the LAST T of the Tk key positions:
+  // query t sits at key index t + Tk - T (prefill of a chunk after Tk - T cached keys). The window counts
+  // in key indices: query t sees keys max(0, t + Tk - T - W + 1) .. t + Tk - T.
+  i64 Tk = 0;
 };
 
 // q: token (b,t) head h at q + (b*T+t)*q_stride + h*hd      (q_stride >= H*hd)
-// k, v: token (b,t) head g at k + (b*T+t)*kv_stride + g*hd   (kv_stride >= Hkv*hd)
+// k, v: key (b,j) head g at k + (b*Tk+j)*kv_stride + g*hd   (kv_stride >= Hkv*hd; Tk = T unless set)
 // o: [B, T, H, hd] contiguous (overwritten); lse: [B, H, T] log-sum-exp of scaled scores (saved).
+// doc_start needs Tk == T.
 void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, const float* k,
                        const float* v, i64 kv_stride, float* o, float* lse,
                        const int32_t* doc_start = nullptr);
 
-// dq, dk, dv use the same layouts/strides as q, k, v and are overwritten.
+// dq, dk, dv use the same layouts/strides as q, k, v and are overwritten. Needs Tk == T.
 void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, const float* k,
                         const float* v, i64 kv_stride, const float* o, const float* lse,
                         const float* dout, float* dq, float* dk, float* dv,
