@@ -12,7 +12,9 @@ namespace hlm {
 
 struct GenerateConfig {
   i64 max_new_tokens = 64;
-  i64 prefill_chunk = 0;  // 0 = the whole prompt at once (attention prefill needs an empty cache)
+  // Prompt tokens per prefill piece: activations are sized for one piece, so memory of SWA and recurrent
+  // models stays flat as the prompt grows (docs/inference.md). 0 = the whole prompt at once.
+  i64 prefill_chunk = 1024;
   int32_t stop_token = -1;  // stop after emitting this token (e.g. <eos>); -1 = none
   SamplerConfig sampler;
 };

@@ -66,7 +66,11 @@ i64 AttentionMixer::saved_floats(i64 B, i64 T) const {
 
 i64 AttentionMixer::scratch_floats(i64 B, i64 T) const {
   const i64 N = B * T;
-  return N * H_ * hd_ + N * qkv_width() + 64 * 2;
+  // Backward: d_out and dqkv. Prefill of a windowed layer: the cached W-1 keys and values laid out in
+  // order in front of the chunk's (the chunk's part fits in the backward's share).
+  const i64 w = effective_window();
+  const i64 staged = w > 0 ? 2 * B * (w - 1) * Hkv_ * hd_ : 0;
+  return N * H_ * hd_ + N * qkv_width() + staged + 64 * 4;
 }
 
 FlopCount AttentionMixer::flops_per_token(i64 T) const {
@@ -81,6 +85,24 @@ FlopCount AttentionMixer::flops_per_token(i64 T) const {
   return f;
 }
 
+void AttentionMixer::norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, const int32_t* pos) {
+  const i64 N = B * T, W3 = qkv_width();
+  if (qk_norm_) {
+    parallel_for(N, [&](i64 b, i64 e) {
+      for (i64 n = b; n < e; ++n) {
+        float* row = qkv + n * W3;
+        ops::rmsnorm_forward(row, P(off_qn_), row, rstd + n * (H_ + Hkv_), H_, hd_, norm_eps_);
+        ops::rmsnorm_forward(row + H_ * hd_, P(off_kn_), row + H_ * hd_, rstd + n * (H_ + Hkv_) + H_, Hkv_, hd_,
+                             norm_eps_);
+      }
+    });
+  }
+  if (rope_) {
+    ops::rope_forward(rope_tab_, qkv, B, T, H_, W3, pos);
+    ops::rope_forward(rope_tab_, qkv + H_ * hd_, B, T, Hkv_, W3, pos);
+  }
+}
+
 void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
   const i64 N = s.B * s.T, W3 = qkv_width();
   ensure_rope(s.T);
@@ -90,19 +112,8 @@ void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& 
     qkv_pre_norm_ = arena.floats(N * W3, "attention qkv pre-norm");
     qk_rstd_ = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
     std::memcpy(qkv_pre_norm_, qkv_, sizeof(float) * N * W3);
-    parallel_for(N, [&](i64 b, i64 e) {
-      for (i64 n = b; n < e; ++n) {
-        float* row = qkv_ + n * W3;
-        ops::rmsnorm_forward(row, P(off_qn_), row, qk_rstd_ + n * (H_ + Hkv_), H_, hd_, norm_eps_);
-        ops::rmsnorm_forward(row + H_ * hd_, P(off_kn_), row + H_ * hd_, qk_rstd_ + n * (H_ + Hkv_) + H_, Hkv_,
-                             hd_, norm_eps_);
-      }
-    });
   }
-  if (rope_) {
-    ops::rope_forward(rope_tab_, qkv_, s.B, s.T, H_, W3);
-    ops::rope_forward(rope_tab_, qkv_ + H_ * hd_, s.B, s.T, Hkv_, W3);
-  }
+  norm_and_rope(qkv_, qk_rstd_, s.B, s.T, nullptr);
   o_ = arena.floats(N * H_ * hd_, "attention out");
   lse_ = arena.floats(s.B * H_ * s.T, "attention lse");
   ops::AttentionShape sh{s.B, s.T, H_, Hkv_, hd_, effective_window(), 0.f};
@@ -243,22 +254,66 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
 
 void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) {
   auto& c = static_cast<KvCache&>(state);
-  if (c.pos != 0 || record_) {  // continuing a context (or recording): token by token
+  if (record_) {  // the probes' recorder works per step
     Mixer::prefill(x, y, B, T, state, arena);
     return;
   }
-  const i64 w = effective_window();
-  HLM_CHECK(w > 0 || T <= c.capacity, "attention prefill: context {} exceeds the KV cache capacity {}", T, c.capacity);
-  forward(x, y, SeqInfo{B, T, nullptr}, arena);  // leaves post-RoPE q|k|v rows in qkv_
-  const i64 W3 = qkv_width();
-  for (i64 b = 0; b < B; ++b)
-    for (i64 t = std::max<i64>(0, T - c.capacity); t < T; ++t) {
-      const float* row = qkv_ + (b * T + t) * W3;
-      const i64 slot = t % c.capacity;
-      std::memcpy(&c.k[(b * c.capacity + slot) * c.width], row + H_ * hd_, sizeof(float) * c.width);
-      std::memcpy(&c.v[(b * c.capacity + slot) * c.width], row + (H_ + Hkv_) * hd_, sizeof(float) * c.width);
+  const i64 w = effective_window(), pos = c.pos, N = B * T, W3 = qkv_width(), KW = c.width, cap = c.capacity;
+  HLM_CHECK(B == c.B, "attention prefill: batch {} but the cache has {} rows", B, c.B);
+  HLM_CHECK(w > 0 || pos + T <= cap, "attention prefill: context {} exceeds the KV cache capacity {}", pos + T, cap);
+  ensure_rope(pos + T);
+  const auto mark = arena.mark();
+  float* qkv = arena.floats(N * W3, "attention prefill qkv");  // [B, T, (H + 2 Hkv) hd]
+  ops::linear_forward(x, P(off_wqkv_), qkv, N, D_, W3);
+  float* rstd = qk_norm_ ? arena.floats(N * (H_ + Hkv_), "attention prefill qk rstd") : nullptr;
+  int32_t* posv = arena.ints(N, "attention prefill positions");  // true positions pos .. pos+T-1
+  for (i64 n = 0; n < N; ++n) posv[n] = static_cast<int32_t>(pos + n % T);
+  norm_and_rope(qkv, rstd, B, T, posv);
+  float* o = arena.floats(N * H_ * hd_, "attention prefill out");  // [B, T, H, hd]
+  float* lse = arena.floats(B * H_ * T, "attention prefill lse");
+  const float* kc = qkv + H_ * hd_;  // the chunk's keys and values (row stride W3)
+  const float* vc = qkv + (H_ + Hkv_) * hd_;
+  ops::AttentionShape sh{B, T, H_, Hkv_, hd_, w, 0.f};
+  if (w <= 0) {
+    // Full: the cache holds positions 0..pos-1 in order; append the chunk and attend over the cache rows.
+    for (i64 b = 0; b < B; ++b)
+      for (i64 t = 0; t < T; ++t) {
+        std::memcpy(&c.k[(b * cap + pos + t) * KW], kc + (b * T + t) * W3, sizeof(float) * KW);
+        std::memcpy(&c.v[(b * cap + pos + t) * KW], vc + (b * T + t) * W3, sizeof(float) * KW);
+      }
+    sh.B = 1;
+    sh.Tk = pos + T;
+    for (i64 b = 0; b < B; ++b)  // rows of the cache are `cap` apart, the kernel wants them Tk apart
+      ops::attention_forward(sh, qkv + b * T * W3, W3, &c.k[b * cap * KW], &c.v[b * cap * KW], KW,
+                             o + b * T * H_ * hd_, lse + b * H_ * T);
+  } else {
+    // Window: the last min(pos, W-1) cached entries in position order, then the chunk's. Staged before the
+    // ring is overwritten by the chunk.
+    const i64 n0 = std::min(pos, w - 1), Tk = n0 + T;
+    float* ks = arena.floats(B * Tk * KW, "attention prefill staged keys");  // [B, Tk, Hkv*hd]
+    float* vs = arena.floats(B * Tk * KW, "attention prefill staged values");
+    for (i64 b = 0; b < B; ++b) {
+      for (i64 j = 0; j < n0; ++j) {
+        const i64 slot = (pos - n0 + j) % cap;
+        std::memcpy(ks + (b * Tk + j) * KW, &c.k[(b * cap + slot) * KW], sizeof(float) * KW);
+        std::memcpy(vs + (b * Tk + j) * KW, &c.v[(b * cap + slot) * KW], sizeof(float) * KW);
+      }
+      for (i64 t = 0; t < T; ++t) {
+        std::memcpy(ks + (b * Tk + n0 + t) * KW, kc + (b * T + t) * W3, sizeof(float) * KW);
+        std::memcpy(vs + (b * Tk + n0 + t) * KW, vc + (b * T + t) * W3, sizeof(float) * KW);
+      }
+      for (i64 t = std::max<i64>(0, T - cap); t < T; ++t) {
+        const i64 slot = (pos + t) % cap;
+        std::memcpy(&c.k[(b * cap + slot) * KW], kc + (b * T + t) * W3, sizeof(float) * KW);
+        std::memcpy(&c.v[(b * cap + slot) * KW], vc + (b * T + t) * W3, sizeof(float) * KW);
+      }
     }
-  c.pos = T;
+    sh.Tk = Tk;
+    ops::attention_forward(sh, qkv, W3, ks, vs, KW, o, lse);
+  }
+  ops::linear_forward(o, P(off_wo_), y, N, H_ * hd_, D_);
+  c.pos = pos + T;
+  arena.release_to(mark);
 }
 
 }  // namespace hlm

@@ -27,7 +27,8 @@ class AttentionMixer final : public Mixer {
   FlopCount flops_per_token(i64 T) const override;
   std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
   void step(const float* x, float* y, MixerState& state, i64 B) override;
-  // From an empty cache: the tiled kernel over the whole chunk, then the cache is filled from its keys.
+  // From any cache state: the tiled kernel with the chunk's queries over the cached keys plus the chunk's
+  // (full: the cache in place; window: the last W-1 cached entries staged in order), RoPE at true positions.
   void prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) override;
   // Probes: record attention during step() (nullptr = off).
   void set_record(AttentionRecord* r) { record_ = r; }
@@ -45,6 +46,9 @@ class AttentionMixer final : public Mixer {
   ops::RopeTable rope_tab_;
   double rope_theta_ = 10000.0;
   void ensure_rope(i64 T);  // grows the table for contexts beyond max_seq_len (extrapolation)
+  // In place on fused q|k|v rows [B, T, W3]: per-head QK RMSNorm (rstd [B*T, H + Hkv] saved) and RoPE at
+  // positions t (pos == nullptr) or pos[b*T + t].
+  void norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, const int32_t* pos);
   // Saved by forward for backward (arena pointers).
   float *qkv_ = nullptr, *qkv_pre_norm_ = nullptr, *qk_rstd_ = nullptr, *o_ = nullptr, *lse_ = nullptr;
   i64 qkv_width() const { return (H_ + 2 * Hkv_) * hd_; }

@@ -60,10 +60,15 @@ class Model {
   // tokens[B] (one per row) -> logits[B, V]; advances every layer's state by one token.
   void decode_step(const int32_t* tokens, DecodeState& st, float* logits);
   // tokens[B, T] continuing from st; writes logits of each row's last token [B, V] (nullptr: skip) and,
-  // if all_logits != nullptr, of every position [B*T, V]. Bounded memory: callers prefill long prompts
-  // in pieces.
+  // if all_logits != nullptr, of every position [B*T, V]. Any piece length from any state (every mixer
+  // continues from its cache); activations are sized for the piece, so callers prefill long prompts in
+  // pieces (infer/generator.h) and memory stays bounded.
   void prefill(const int32_t* tokens, i64 B, i64 T, DecodeState& st, float* last_logits,
                float* all_logits = nullptr);
+  // Bytes of the prefill/decode activation arena: its capacity (sized for the largest piece so far) and the
+  // most it held. Chunked prefill keeps both at the chunk's size whatever the prompt length.
+  i64 infer_arena_bytes() const { return static_cast<i64>(infer_arena_.capacity()); }
+  i64 infer_arena_high_water() const { return static_cast<i64>(infer_arena_.high_water()); }
 
   // --check-numerics: after each op, stop at the first non-finite tensor and name it.
   void set_check_numerics(bool on) { check_numerics_ = on; }
