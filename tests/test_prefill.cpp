@@ -1,7 +1,8 @@
 // Chunked prefill from any cache state (infer/, Model::prefill, every mixer's prefill): prompts prefilled in
 // pieces (that do not divide the prompt, shorter and longer than the SWA window, one token, mixed) and then
 // decoded token by token give the logits of one full forward, for F, S far past its window and the paper's
-// hybrids (SF, SSSF with NoPE F, LF, MF, GF), batch 2; the generator's output does not depend on the piece
+// hybrids (SF, SSSF with NoPE F, LF, MF, GF), batch 2, past the training length (RoPE rows computed for
+// the positions at hand); the generator's output does not depend on the piece
 // size; and the prefill arena and decode state of an S-only model do not grow with the prompt.
 // Cost: ~1 s in Release, one OpenMP thread.
 #include <gtest/gtest.h>
@@ -67,22 +68,25 @@ TEST(Prefill, ChunkedPrefillThenDecodeEqualsTheFullForward) {
   const i64 B = 2, T = 40;
   for (const Arch& a : archs) {
     ModelConfig cfg = tiny(a.pattern, a.f_rope);
+    cfg.max_seq_len = 16;  // positions 16.. take RoPE rows from past the training-length table
     const i64 V = cfg.vocab_size;
     Model m(cfg);
     m.init(5);
     auto x = tokens(B * T, V, 17);
     std::vector<float> full = nan_vec(static_cast<size_t>(B * T * V));
     m.forward_logits(x.data(), nullptr, B, T, full.data());
+    Model dec(cfg);  // a twin that never ran a forward past max_seq_len (which grows the RoPE table)
+    dec.init(5);
     for (const auto& sched : schedules) {
       for (i64 P : {i64{T}, i64{T - 8}}) {  // all prefilled, or the last 8 decoded
-        DecodeState st = m.new_decode_state(B, T);
+        DecodeState st = dec.new_decode_state(B, T);
         std::vector<float> got = nan_vec(full.size());
         i64 t0 = 0;
         for (size_t i = 0; t0 < P; ++i) {
           const i64 n = std::min(sched[i % sched.size()], P - t0);
           auto piece = cols(x, B, T, t0, t0 + n);
           std::vector<float> lg = nan_vec(static_cast<size_t>(B * n * V)), last = nan_vec(static_cast<size_t>(B * V));
-          m.prefill(piece.data(), B, n, st, last.data(), lg.data());
+          dec.prefill(piece.data(), B, n, st, last.data(), lg.data());
           for (i64 b = 0; b < B; ++b) {
             std::copy(lg.begin() + b * n * V, lg.begin() + (b + 1) * n * V, got.begin() + (b * T + t0) * V);
             // A one-row product against a row of the piece's product: equal up to the summation order.
@@ -95,7 +99,7 @@ TEST(Prefill, ChunkedPrefillThenDecodeEqualsTheFullForward) {
         for (i64 t = P; t < T; ++t) {
           int32_t tok[B] = {x[t], x[T + t]};
           std::vector<float> lg = nan_vec(static_cast<size_t>(B * V));
-          m.decode_step(tok, st, lg.data());
+          dec.decode_step(tok, st, lg.data());
           for (i64 b = 0; b < B; ++b) std::copy(lg.begin() + b * V, lg.begin() + (b + 1) * V, got.begin() + (b * T + t) * V);
         }
         EXPECT_EQ(st.pos, T);

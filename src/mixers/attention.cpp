@@ -18,7 +18,13 @@ struct KvCache final : MixerState {
   // Full attention: capacity = max_len; sliding window: a ring buffer of `window` entries.
   i64 capacity = 0, pos = 0, B = 0, width = 0;
   std::vector<float> k, v;  // [B, capacity, Hkv*hd]
-  i64 bytes() const override { return static_cast<i64>((k.size() + v.size()) * sizeof(float)); }
+  // step()'s buffers: qkv [B, W3], o [B, H*hd], scores [B*H, capacity], qk-norm rstd, positions.
+  std::vector<float> qkv, o, sc, rstd;
+  std::vector<int32_t> posv;
+  i64 bytes() const override {
+    return static_cast<i64>((k.size() + v.size() + qkv.size() + o.size() + sc.size() + rstd.size()) * sizeof(float) +
+                            posv.size() * sizeof(int32_t));
+  }
 };
 
 }  // namespace
@@ -85,7 +91,28 @@ FlopCount AttentionMixer::flops_per_token(i64 T) const {
   return f;
 }
 
-void AttentionMixer::norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, const int32_t* pos) {
+const ops::RopeTable& AttentionMixer::rope_rows(i64 pos0, i64 n) {
+  if (pos0 + n <= rope_tab_.max_pos) return rope_tab_;
+  // Past the training length: rows for positions pos0 .. pos0+n-1 only, with ops::RopeTable's angles
+  // (double, then rounded), so decoding memory does not grow with the context.
+  const i64 half = hd_ / 2;
+  auto& t = rope_rows_;
+  t.max_pos = n;
+  t.head_dim = hd_;
+  t.cos.resize(static_cast<size_t>(n * half));
+  t.sin.resize(static_cast<size_t>(n * half));
+  for (i64 m = 0; m < half; ++m) {
+    const double inv_freq = std::pow(rope_theta_, -2.0 * static_cast<double>(m) / static_cast<double>(hd_));
+    for (i64 p = 0; p < n; ++p) {
+      const double a = static_cast<double>(pos0 + p) * inv_freq;
+      t.cos[p * half + m] = static_cast<float>(std::cos(a));
+      t.sin[p * half + m] = static_cast<float>(std::sin(a));
+    }
+  }
+  return t;
+}
+
+void AttentionMixer::norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, i64 pos0, int32_t* pos_buf) {
   const i64 N = B * T, W3 = qkv_width();
   if (qk_norm_) {
     parallel_for(N, [&](i64 b, i64 e) {
@@ -97,10 +124,16 @@ void AttentionMixer::norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, const 
       }
     });
   }
-  if (rope_) {
-    ops::rope_forward(rope_tab_, qkv, B, T, H_, W3, pos);
-    ops::rope_forward(rope_tab_, qkv + H_ * hd_, B, T, Hkv_, W3, pos);
+  if (!rope_) return;
+  const ops::RopeTable& tab = pos0 < 0 ? rope_tab_ : rope_rows(pos0, T);
+  const int32_t* pos = nullptr;
+  if (pos0 >= 0) {
+    const i64 first = &tab == &rope_tab_ ? pos0 : 0;  // the window table's row 0 is position pos0
+    for (i64 n = 0; n < N; ++n) pos_buf[n] = static_cast<int32_t>(first + n % T);
+    pos = pos_buf;
   }
+  ops::rope_forward(tab, qkv, B, T, H_, W3, pos);
+  ops::rope_forward(tab, qkv + H_ * hd_, B, T, Hkv_, W3, pos);
 }
 
 void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
@@ -113,7 +146,7 @@ void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& 
     qk_rstd_ = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
     std::memcpy(qkv_pre_norm_, qkv_, sizeof(float) * N * W3);
   }
-  norm_and_rope(qkv_, qk_rstd_, s.B, s.T, nullptr);
+  norm_and_rope(qkv_, qk_rstd_, s.B, s.T, -1, nullptr);
   o_ = arena.floats(N * H_ * hd_, "attention out");
   lse_ = arena.floats(s.B * H_ * s.T, "attention lse");
   ops::AttentionShape sh{s.B, s.T, H_, Hkv_, hd_, effective_window(), 0.f};
@@ -175,44 +208,41 @@ std::unique_ptr<MixerState> AttentionMixer::new_state(i64 B, i64 max_len) const 
 
 void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
   auto& c = static_cast<KvCache&>(state);
-  const i64 W3 = qkv_width(), pos = c.pos;
+  const i64 W3 = qkv_width(), pos = c.pos, cap = c.capacity, KW = c.width;
   const i64 w = effective_window();
-  HLM_CHECK(w > 0 || pos < c.capacity, "attention step: context {} exceeds the KV cache capacity {}", pos + 1,
-            c.capacity);
-  ensure_rope(pos + 1);
-  std::vector<float> qkv(static_cast<size_t>(B * W3)), o(static_cast<size_t>(B * H_ * hd_));
-  ops::linear_forward(x, P(off_wqkv_), qkv.data(), B, D_, W3);
-  std::vector<int32_t> posv(static_cast<size_t>(B), static_cast<int32_t>(pos));
-  for (i64 b = 0; b < B; ++b) {
-    float* row = qkv.data() + b * W3;
-    if (qk_norm_) {
-      float rs[512];
-      ops::rmsnorm_forward(row, P(off_qn_), row, rs, H_, hd_, norm_eps_);
-      ops::rmsnorm_forward(row + H_ * hd_, P(off_kn_), row + H_ * hd_, rs, Hkv_, hd_, norm_eps_);
-    }
+  HLM_CHECK(B == c.B, "attention step: batch {} but the cache has {} rows", B, c.B);
+  HLM_CHECK(w > 0 || pos < cap, "attention step: context {} exceeds the KV cache capacity {}", pos + 1, cap);
+  // Per-step buffers live in the state (sized once): decoding allocates and page-faults nothing.
+  if (c.qkv.empty()) {
+    c.qkv.resize(static_cast<size_t>(B * W3));
+    c.o.resize(static_cast<size_t>(B * H_ * hd_));
+    c.sc.resize(static_cast<size_t>(B * H_ * cap));
+    c.rstd.resize(static_cast<size_t>(B * (H_ + Hkv_)));
+    c.posv.resize(static_cast<size_t>(B));
   }
-  if (rope_) {
-    ops::rope_forward(rope_tab_, qkv.data(), B, 1, H_, W3, posv.data());
-    ops::rope_forward(rope_tab_, qkv.data() + H_ * hd_, B, 1, Hkv_, W3, posv.data());
-  }
-  const i64 slot = pos % c.capacity, n_ctx = std::min(pos + 1, c.capacity);
+  float* qkv = c.qkv.data();  // [B, W3]
+  float* o = c.o.data();      // [B, H, hd]
+  ops::linear_forward(x, P(off_wqkv_), qkv, B, D_, W3);
+  norm_and_rope(qkv, c.rstd.data(), B, 1, pos, c.posv.data());
+  const i64 slot = pos % cap, n_ctx = std::min(pos + 1, cap);
   if (record_) {
     record_->top1.assign(static_cast<size_t>(H_), -1);
     if (record_->keep_probs) record_->probs.emplace_back(static_cast<size_t>(H_));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
   for (i64 b = 0; b < B; ++b) {
-    std::memcpy(&c.k[(b * c.capacity + slot) * c.width], qkv.data() + b * W3 + H_ * hd_, sizeof(float) * c.width);
-    std::memcpy(&c.v[(b * c.capacity + slot) * c.width], qkv.data() + b * W3 + (H_ + Hkv_) * hd_,
-                sizeof(float) * c.width);
+    std::memcpy(&c.k[(b * cap + slot) * KW], qkv + b * W3 + H_ * hd_, sizeof(float) * KW);
+    std::memcpy(&c.v[(b * cap + slot) * KW], qkv + b * W3 + (H_ + Hkv_) * hd_, sizeof(float) * KW);
   }
-  parallel_for_each(B * H_, [&](i64 bh) {
+  auto head = [&](i64 bh) {
     const i64 b = bh / H_, h = bh % H_, g = h / (H_ / Hkv_);
-    const float* q = qkv.data() + b * W3 + h * hd_;
-    std::vector<float> sc(static_cast<size_t>(n_ctx));
+    const float* q = qkv + b * W3 + h * hd_;
+    const float* kb = &c.k[b * cap * KW + g * hd_];
+    const float* vb = &c.v[b * cap * KW + g * hd_];
+    float* sc = &c.sc[bh * cap];
     float mx = -INFINITY;
     for (i64 j = 0; j < n_ctx; ++j) {
-      const float* k = &c.k[(b * c.capacity + j) * c.width + g * hd_];
+      const float* k = kb + j * KW;
       float d = 0;
 #pragma omp simd reduction(+ : d)
       for (i64 i = 0; i < hd_; ++i) d += q[i] * k[i];
@@ -227,7 +257,7 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     }
     if (record_ && b == 0) {
       // Slot j of the ring holds absolute position pos - ((pos - j) mod capacity).
-      auto abs_pos = [&](i64 j) { return pos - ((pos % c.capacity - j + c.capacity) % c.capacity); };
+      auto abs_pos = [&](i64 j) { return pos - ((pos % cap - j + cap) % cap); };
       i64 best = 0;
       for (i64 j = 1; j < n_ctx; ++j)
         if (sc[j] > sc[best]) best = j;
@@ -238,17 +268,22 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
         for (i64 j = 0; j < n_ctx; ++j) row[abs_pos(j)] = sc[j] / sum;
       }
     }
-    float* out = o.data() + b * H_ * hd_ + h * hd_;
+    float* out = o + b * H_ * hd_ + h * hd_;
     std::fill(out, out + hd_, 0.f);
     const float inv = 1.0f / sum;
     for (i64 j = 0; j < n_ctx; ++j) {
-      const float* v = &c.v[(b * c.capacity + j) * c.width + g * hd_];
+      const float* v = vb + j * KW;
       const float p = sc[j] * inv;
 #pragma omp simd
       for (i64 i = 0; i < hd_; ++i) out[i] += p * v[i];
     }
-  });
-  ops::linear_forward(o.data(), P(off_wo_), y, B, H_ * hd_, D_);
+  };
+  // A parallel region costs more than a short window's work (SWA at W = 128: ~65K multiply-adds).
+  if (B * H_ * n_ctx * hd_ >= (i64{1} << 20))
+    parallel_for_each(B * H_, head);
+  else
+    for (i64 bh = 0; bh < B * H_; ++bh) head(bh);
+  ops::linear_forward(o, P(off_wo_), y, B, H_ * hd_, D_);
   c.pos++;
 }
 
@@ -261,14 +296,11 @@ void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState&
   const i64 w = effective_window(), pos = c.pos, N = B * T, W3 = qkv_width(), KW = c.width, cap = c.capacity;
   HLM_CHECK(B == c.B, "attention prefill: batch {} but the cache has {} rows", B, c.B);
   HLM_CHECK(w > 0 || pos + T <= cap, "attention prefill: context {} exceeds the KV cache capacity {}", pos + T, cap);
-  ensure_rope(pos + T);
   const auto mark = arena.mark();
   float* qkv = arena.floats(N * W3, "attention prefill qkv");  // [B, T, (H + 2 Hkv) hd]
   ops::linear_forward(x, P(off_wqkv_), qkv, N, D_, W3);
   float* rstd = qk_norm_ ? arena.floats(N * (H_ + Hkv_), "attention prefill qk rstd") : nullptr;
-  int32_t* posv = arena.ints(N, "attention prefill positions");  // true positions pos .. pos+T-1
-  for (i64 n = 0; n < N; ++n) posv[n] = static_cast<int32_t>(pos + n % T);
-  norm_and_rope(qkv, rstd, B, T, posv);
+  norm_and_rope(qkv, rstd, B, T, pos, arena.ints(N, "attention prefill positions"));
   float* o = arena.floats(N * H_ * hd_, "attention prefill out");  // [B, T, H, hd]
   float* lse = arena.floats(B * H_ * T, "attention prefill lse");
   const float* kc = qkv + H_ * hd_;  // the chunk's keys and values (row stride W3)

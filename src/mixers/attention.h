@@ -47,8 +47,11 @@ class AttentionMixer final : public Mixer {
   double rope_theta_ = 10000.0;
   void ensure_rope(i64 T);  // grows the table for contexts beyond max_seq_len (extrapolation)
   // In place on fused q|k|v rows [B, T, W3]: per-head QK RMSNorm (rstd [B*T, H + Hkv] saved) and RoPE at
-  // positions t (pos == nullptr) or pos[b*T + t].
-  void norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, const int32_t* pos);
+  // positions t (pos0 < 0: training) or pos0 + t (decoding; pos_buf: B*T ints of scratch).
+  void norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, i64 pos0, int32_t* pos_buf);
+  // The training-length table, or rows for positions pos0 .. pos0+n-1 when they go past it.
+  const ops::RopeTable& rope_rows(i64 pos0, i64 n);
+  ops::RopeTable rope_rows_;
   // Saved by forward for backward (arena pointers).
   float *qkv_ = nullptr, *qkv_pre_norm_ = nullptr, *qk_rstd_ = nullptr, *o_ = nullptr, *lse_ = nullptr;
   i64 qkv_width() const { return (H_ + 2 * Hkv_) * hd_; }
