@@ -29,6 +29,9 @@ Command register_generate(CLI::App& app) {
   sub->add_option("--top-p", o->g.sampler.top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
   sub->add_option("--seed", o->g.sampler.seed, "sampling seed")->capture_default_str();
   sub->add_option("--prefill-chunk", o->g.prefill_chunk, "prompt tokens per prefill piece (memory is sized for one piece; 0 = whole prompt)")->capture_default_str();
+  sub->add_option("--decode-threads", o->g.decode_threads,
+                  "OpenMP threads while decoding (0 = --threads); one token is memory-bound GEMVs")
+      ->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer, "tokenizer spec (default: the run's)");
   sub->add_flag("--json", o->json, "print a JSON result on stdout");
   add_threads_flag(sub, &o->threads);

@@ -1,5 +1,7 @@
 #include "infer/generator.h"
 
+#include <omp.h>
+
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -21,6 +23,14 @@ std::vector<int32_t> generate(Model& model, const std::vector<int32_t>& prompt, 
   }
   const double prefill_s = t.seconds();
   t.reset();
+  // Decoding with its own thread count, restored on every exit path.
+  struct Threads {
+    int old = omp_get_max_threads();
+    explicit Threads(int n) {
+      if (n > 0) omp_set_num_threads(n);
+    }
+    ~Threads() { omp_set_num_threads(old); }
+  } threads(cfg.decode_threads);
   Sampler sampler(cfg.sampler);
   std::vector<int32_t> out;
   for (i64 i = 0; i < cfg.max_new_tokens; ++i) {

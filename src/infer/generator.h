@@ -15,6 +15,11 @@ struct GenerateConfig {
   // Prompt tokens per prefill piece: activations are sized for one piece, so memory of SWA and recurrent
   // models stays flat as the prompt grows (docs/inference.md). 0 = the whole prompt at once.
   i64 prefill_chunk = 1024;
+  // OpenMP threads while decoding (prefill uses the caller's setting); 0 = the caller's. One token is a
+  // chain of memory-bound GEMVs (~35 per token for the bench model): split over threads they gain little,
+  // and on a shared machine each OpenMP barrier can cost a scheduler slice (measured 3.6 vs 114 tok/s with
+  // 2 vs 1 threads under load 8 on 2 cores; docs/inference.md).
+  int decode_threads = 1;
   int32_t stop_token = -1;  // stop after emitting this token (e.g. <eos>); -1 = none
   SamplerConfig sampler;
 };
