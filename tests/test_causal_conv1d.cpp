@@ -142,6 +142,17 @@ std::vector<ConvCase> cases() {
        .init = true,
        .docs = {{16}, {1, 4, 11}},
        .seed = 6},
+      // Several channel blocks and token tiles of the backward, a partial vector group, documents across tiles.
+      {.B = 2,
+       .T = 70,
+       .C = 300,
+       .W = 4,
+       .silu = true,
+       .bias = true,
+       .init = true,
+       .strided = true,
+       .docs = {{70}, {5, 40, 25}},
+       .seed = 9},
   };
 }
 

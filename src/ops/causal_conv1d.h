@@ -5,7 +5,7 @@
 // stored like PyTorch's [C, 1, W]). Inputs before the row start come from the conv state (zeros by default);
 // inputs before the token's document start (doc_start, as in ops/attention.h) are zero.
 // Conv state [B, W-1, C]: the last W-1 inputs, oldest first. Prefill then decode: forward with final_state,
-// then step() per token.
+// then step() per token. Widths W up to 16.
 #include <cstdint>
 #include <type_traits>
 
