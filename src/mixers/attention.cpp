@@ -18,11 +18,12 @@ struct KvCache final : MixerState {
   // Full attention: capacity = max_len; sliding window: a ring buffer of `window` entries.
   i64 capacity = 0, pos = 0, B = 0, width = 0;
   std::vector<float> k, v;  // [B, capacity, Hkv*hd]
-  // step()'s buffers: qkv [B, W3], o [B, H*hd], scores [B*H, capacity], qk-norm rstd, positions.
-  std::vector<float> qkv, o, sc, rstd;
+  // step()'s buffers: qkv [B, W3], o [B, H*hd], scores [B*H, capacity], qk-norm rstd, 1/sum [B*H], positions.
+  std::vector<float> qkv, o, sc, rstd, inv;
   std::vector<int32_t> posv;
   i64 bytes() const override {
-    return static_cast<i64>((k.size() + v.size() + qkv.size() + o.size() + sc.size() + rstd.size()) * sizeof(float) +
+    return static_cast<i64>((k.size() + v.size() + qkv.size() + o.size() + sc.size() + rstd.size() + inv.size()) *
+                                sizeof(float) +
                             posv.size() * sizeof(int32_t));
   }
 };
@@ -219,6 +220,7 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     c.sc.resize(static_cast<size_t>(B * H_ * cap));
     c.rstd.resize(static_cast<size_t>(B * (H_ + Hkv_)));
     c.posv.resize(static_cast<size_t>(B));
+    c.inv.resize(static_cast<size_t>(B * H_));
   }
   float* qkv = c.qkv.data();  // [B, W3]
   float* o = c.o.data();      // [B, H, hd]
@@ -234,55 +236,72 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     std::memcpy(&c.k[(b * cap + slot) * KW], qkv + b * W3 + H_ * hd_, sizeof(float) * KW);
     std::memcpy(&c.v[(b * cap + slot) * KW], qkv + b * W3 + (H_ + Hkv_) * hd_, sizeof(float) * KW);
   }
-  auto head = [&](i64 bh) {
-    const i64 b = bh / H_, h = bh % H_, g = h / (H_ / Hkv_);
-    const float* q = qkv + b * W3 + h * hd_;
-    const float* kb = &c.k[b * cap * KW + g * hd_];
-    const float* vb = &c.v[b * cap * KW + g * hd_];
-    float* sc = &c.sc[bh * cap];
-    float mx = -INFINITY;
+  const i64 hpg = H_ / Hkv_;
+  // One batch row: a pass down the key rows, then one down the value rows, all heads per row. Rows are
+  // contiguous, so the hardware prefetcher streams the cache (head by head, each pass would read 256 B of
+  // every 1 KB row and restart the prefetcher at every page: the cache read is what decoding at long
+  // context costs).
+  auto row = [&](i64 b) {
+    const float* q = qkv + b * W3;  // [H, hd]
+    const float* kb = &c.k[b * cap * KW];
+    const float* vb = &c.v[b * cap * KW];
+    float* sc = &c.sc[b * H_ * cap];  // [H, capacity]
     for (i64 j = 0; j < n_ctx; ++j) {
       const float* k = kb + j * KW;
-      float d = 0;
+      for (i64 h = 0; h < H_; ++h) {
+        const float* qh = q + h * hd_;
+        const float* kh = k + (h / hpg) * hd_;
+        float d = 0;
 #pragma omp simd reduction(+ : d)
-      for (i64 i = 0; i < hd_; ++i) d += q[i] * k[i];
-      sc[j] = d * scale;
-      mx = std::max(mx, sc[j]);
-    }
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (i64 j = 0; j < n_ctx; ++j) {
-      sc[j] = ops::fast_exp(sc[j] - mx);
-      sum += sc[j];
-    }
-    if (record_ && b == 0) {
-      // Slot j of the ring holds absolute position pos - ((pos - j) mod capacity).
-      auto abs_pos = [&](i64 j) { return pos - ((pos % cap - j + cap) % cap); };
-      i64 best = 0;
-      for (i64 j = 1; j < n_ctx; ++j)
-        if (sc[j] > sc[best]) best = j;
-      record_->top1[h] = abs_pos(best);
-      if (record_->keep_probs) {
-        auto& row = record_->probs.back()[h];
-        row.assign(static_cast<size_t>(pos + 1), 0.f);
-        for (i64 j = 0; j < n_ctx; ++j) row[abs_pos(j)] = sc[j] / sum;
+        for (i64 i = 0; i < hd_; ++i) d += qh[i] * kh[i];
+        sc[h * cap + j] = d * scale;
       }
     }
-    float* out = o + b * H_ * hd_ + h * hd_;
-    std::fill(out, out + hd_, 0.f);
-    const float inv = 1.0f / sum;
+    float* inv = c.inv.data() + b * H_;
+    for (i64 h = 0; h < H_; ++h) {
+      float* sh = sc + h * cap;
+      float mx = -INFINITY;
+      for (i64 j = 0; j < n_ctx; ++j) mx = std::max(mx, sh[j]);
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (i64 j = 0; j < n_ctx; ++j) {
+        sh[j] = ops::fast_exp(sh[j] - mx);
+        sum += sh[j];
+      }
+      inv[h] = 1.0f / sum;
+      if (record_ && b == 0) {
+        // Slot j of the ring holds absolute position pos - ((pos - j) mod capacity).
+        auto abs_pos = [&](i64 j) { return pos - ((pos % cap - j + cap) % cap); };
+        i64 best = 0;
+        for (i64 j = 1; j < n_ctx; ++j)
+          if (sh[j] > sh[best]) best = j;
+        record_->top1[h] = abs_pos(best);
+        if (record_->keep_probs) {
+          auto& pr = record_->probs.back()[h];
+          pr.assign(static_cast<size_t>(pos + 1), 0.f);
+          for (i64 j = 0; j < n_ctx; ++j) pr[abs_pos(j)] = sh[j] / sum;
+        }
+      }
+    }
+    float* out = o + b * H_ * hd_;  // [H, hd]
+    std::fill(out, out + H_ * hd_, 0.f);
     for (i64 j = 0; j < n_ctx; ++j) {
       const float* v = vb + j * KW;
-      const float p = sc[j] * inv;
+      for (i64 h = 0; h < H_; ++h) {
+        const float p = sc[h * cap + j] * inv[h];
+        const float* vh = v + (h / hpg) * hd_;
+        float* oh = out + h * hd_;
 #pragma omp simd
-      for (i64 i = 0; i < hd_; ++i) out[i] += p * v[i];
+        for (i64 i = 0; i < hd_; ++i) oh[i] += p * vh[i];
+      }
     }
   };
-  // A parallel region costs more than a short window's work (SWA at W = 128: ~65K multiply-adds).
-  if (B * H_ * n_ctx * hd_ >= (i64{1} << 20))
-    parallel_for_each(B * H_, head);
+  // Rows in parallel only when there are several and enough work: a parallel region costs more than a
+  // short window's (SWA at W = 128: ~65K multiply-adds per row).
+  if (B > 1 && B * H_ * n_ctx * hd_ >= (i64{1} << 20))
+    parallel_for_each(B, row);
   else
-    for (i64 bh = 0; bh < B * H_; ++bh) head(bh);
+    for (i64 b = 0; b < B; ++b) row(b);
   ops::linear_forward(o, P(off_wo_), y, B, H_ * hd_, D_);
   c.pos++;
 }
