@@ -1,7 +1,8 @@
 // MQAR (associative recall, src/data/mqar.*): the generator's format and determinism, and the task doing
 // its job: a tiny 2-layer hybrid whose second layer carries long-range state (SWA + Lightning) learns
-// recall in a few seconds, while a purely local model (two window-4 SWA layers) stays at chance. (The
-// Mamba-2 and Gated DeltaNet hybrids do not learn it at this budget; see the disabled tests below.)
+// recall in a few seconds, while a purely local model (two window-4 SWA layers) stays at chance. The Mamba-2
+// and Gated DeltaNet hybrids do not learn the 8-pair task at this budget; on 4 pairs they get well above
+// chance where the local model does not (the >0.9 targets are the disabled tests below).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -40,11 +41,11 @@ class MqarStream final : public BatchStream {
   data::MqarBatch tmp_;
 };
 
-data::MqarConfig task() {
+data::MqarConfig task(i64 kv_pairs = 8) {
   data::MqarConfig c;
   c.vocab_size = 128;
   c.seq_len = 64;
-  c.num_kv_pairs = 8;
+  c.num_kv_pairs = kv_pairs;
   return c;
 }
 
@@ -56,8 +57,8 @@ ModelConfig recall_model(const std::string& pattern) {
   return ModelConfig::from_json(j, "recall test");
 }
 
-double accuracy(Model& m, std::uint64_t seed, int batches) {
-  data::MqarGenerator gen(task(), seed);
+double accuracy(Model& m, const data::MqarConfig& c, std::uint64_t seed, int batches) {
+  data::MqarGenerator gen(c, seed);
   data::MqarBatch b;
   double acc = 0;
   for (int i = 0; i < batches; ++i) {
@@ -73,14 +74,15 @@ double accuracy(Model& m, std::uint64_t seed, int batches) {
 // The N(0, 0.02) init of the large models is scaled by 3 (std 0.06, about 0.5/sqrt(d_model)): at
 // d_model 64 the 0.02 init starts with such weak signals that even full attention needs thousands of
 // steps to leave the plateau, with 0.06 the L and F hybrids solve the task in a few hundred.
-double train_recall(const std::string& pattern, long steps, double* seconds) {
+double train_recall(const std::string& pattern, long steps, double* seconds, i64 kv_pairs = 8) {
+  const data::MqarConfig c = task(kv_pairs);
   ModelConfig cfg = recall_model(pattern);
   Model m(cfg);
   m.init(1);
   for (const auto& p : m.registry().all())
     if (p.init == Init::Normal)
       for (i64 i = 0; i < p.shape.numel(); ++i) m.params()[p.offset + i] *= 3.0f;
-  MqarStream s(task(), 11, 32);
+  MqarStream s(c, 11, 32);
   TrainConfig tc;
   tc.steps = steps;
   tc.batch = 32;
@@ -100,18 +102,21 @@ double train_recall(const std::string& pattern, long steps, double* seconds) {
   Trainer tr(m, tc, s, nullptr);
   tr.run();
   *seconds = t.seconds();
-  const double acc = accuracy(m, 999, 4);
+  const double acc = accuracy(m, c, 999, 4);
   omp_set_num_threads(threads);
   return acc;
 }
 
-bool has_mixer(char letter) {
-  try {
-    Model probe(recall_model(std::string("S") + letter));
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
+// Trains and checks accuracy > bound (above) or < bound, recording accuracy and seconds.
+void expect_recall(const std::string& pattern, long steps, i64 kv_pairs, double bound, bool above) {
+  double sec = 0;
+  const double acc = train_recall(pattern, steps, &sec, kv_pairs);
+  ::testing::Test::RecordProperty("accuracy", fmt::format("{:.3f}", acc));
+  ::testing::Test::RecordProperty("seconds", fmt::format("{:.1f}", sec));
+  if (above)
+    EXPECT_GT(acc, bound) << pattern << " recall accuracy (" << kv_pairs << " pairs) after " << sec << " s";
+  else
+    EXPECT_LT(acc, bound) << pattern << " recall accuracy (" << kv_pairs << " pairs) after " << sec << " s";
 }
 
 }  // namespace
@@ -204,15 +209,27 @@ TEST(Recall, LightningHybridLearnsMqar) {
   EXPECT_GT(acc, 0.9) << "SL recall accuracy after " << sec << " s";
 }
 
-// Disabled: at this size and budget the hybrids whose efficient layer has a short conv and input-dependent
-// decay do not learn the task. Measured with this exact recipe (1 thread): SM stays at chance (0.01-0.02)
-// after 400, 600 and 5000 steps; SG at 0.02 after 600 steps; variations tried for SM (lr 1e-3..1e-2, init
-// scale 1..6, d_model 128 / d_state 64, long-memory dt_bias / A_log, D = 0, identity conv, no weight
-// decay, 4 kv pairs, vocab 32) reach at most 0.17 in 600 steps. The float32 PyTorch model of
-// tools/reference/model.py trained the same way gives the same picture for SM (0.09 after 600 steps),
-// and the golden files match this engine's 10-step AdamW curves for M and G, so it is the architecture
-// with this recipe, not the kernels. Kept as targets for a better recipe; run them with
-// --gtest_also_run_disabled_tests.
+// Mamba-2 and Gated DeltaNet at the same size and budget, on the easier 4-pair task (same length and
+// vocabulary, so the query gaps are as long): their long-range layer must carry the pairs well above chance
+// (1/64) while the window-4 control trained identically stays near it. Measured (1 thread, Release, on the
+// shared 2-core machine under load): SG 0.13-0.17 (13-20 s), SM 0.13 (17 s), SS 0.04 (9 s). They learn much
+// more slowly than SL (see the disabled tests below for the >0.9 target and what was tried).
+TEST(Recall, Mamba2HybridBeatsChanceOnFourPairs) { expect_recall("SM", 400, 4, 0.08, true); }
+
+TEST(Recall, GatedDeltaNetHybridBeatsChanceOnFourPairs) { expect_recall("SG", 400, 4, 0.08, true); }
+
+TEST(Recall, LocalOnlyModelStaysNearChanceOnFourPairs) { expect_recall("SS", 400, 4, 0.06, false); }
+
+// Disabled targets: SM and SG above 0.9 on the 8-pair task. With this recipe both stay at chance (0.02) after
+// 400-1200 steps. Looked for and not found (engine, 400 steps unless said): every parameter of the G layer
+// gets a gradient of sensible size on a real batch (rms 2e-3 .. 2e-2, none zero); an independent float32
+// PyTorch GDN (WY form, same model, torch AdamW) behaves the same, also without the q/k L2 norm, without
+// o_norm, with a sigmoid or no output gate, without the 1/sqrt(K) q scale, with beta biased to 0.9, and with
+// fla's model-level N(0, 0.02) conv init; recipe variations: no decay (A_log = -6), identity conv + no decay
+// (0.06; 0.10 after 1200 steps), lr 1e-2, init boost 1 / 6, d_model 128 with 4 heads, 4x16 or 1x64 heads,
+// batch 64. On 4 pairs SG / SM reach 0.22 / 0.24 after 800 steps. Before: SM variations (lr 1e-3..1e-2,
+// init scale 1..6, d_model 128 / d_state 64, long-memory dt_bias / A_log, D = 0, identity conv, no weight
+// decay, vocab 32) reach at most 0.17 in 600 steps. Run with --gtest_also_run_disabled_tests.
 TEST(Recall, DISABLED_Mamba2HybridLearnsMqar) {
   double sec = 0;
   const double acc = train_recall("SM", 2000, &sec);
@@ -221,7 +238,6 @@ TEST(Recall, DISABLED_Mamba2HybridLearnsMqar) {
 }
 
 TEST(Recall, DISABLED_GatedDeltaNetHybridLearnsMqar) {
-  if (!has_mixer('G')) GTEST_SKIP() << "this build has no G mixer yet";
   double sec = 0;
   const double acc = train_recall("SG", 2000, &sec);
   RecordProperty("accuracy", fmt::format("{:.3f}", acc));
