@@ -6,12 +6,14 @@
 
 namespace hlm {
 
-NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng) {
+NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng,
+                        int value_digits) {
+  if (value_digits < 1) fail("niah: value_digits must be >= 1 (got {})", value_digits);
   NiahCase c;
   c.length = length;
   c.depth = depth;
   c.key = random_key(rng);
-  c.value = random_number(rng);
+  c.value = random_number(rng, value_digits);
   // Encoded piece by piece so the value's token span inside the prompt is known exactly.
   auto prefix = tok.encode("A special magic number is hidden in the following text. Remember it.\n");
   auto n_pre = tok.encode("\nThe special magic number for " + c.key + " is:");

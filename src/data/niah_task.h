@@ -18,7 +18,9 @@ struct NiahCase {
   i64 max_new_tokens = 0;
 };
 
-// Throws hlm::Error when `length` is too short for the needle and the question.
-NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng);
+// The value has `value_digits` digits (7 by default). Throws hlm::Error when `length` is too short for the
+// needle and the question.
+NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng,
+                        int value_digits = 7);
 
 }  // namespace hlm

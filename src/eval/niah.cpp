@@ -40,12 +40,13 @@ nlohmann::json run_niah_grid(Model& model, const data::Tokenizer& tok, const Hay
   for (size_t li = 0; li < c.lengths.size(); ++li)
     for (size_t di = 0; di < c.depths.size(); ++di)
       for (int s = 0; s < c.samples; ++s) {
-        NiahCase k = make_niah_case(tok, hay, c.lengths[li], c.depths[di], rng);
+        NiahCase k = make_niah_case(tok, hay, c.lengths[li], c.depths[di], rng, c.value_digits);
         std::string pred = complete(model, tok, k.prompt, k.max_new_tokens);
         double ok = niah_score(pred, k.value);
         acc[di][li] += ok / c.samples;
         sum += ok;
         cases.push_back({{"length", k.length}, {"depth", k.depth}, {"key", k.key}, {"value", k.value},
+                         {"value_begin", k.value_begin}, {"value_end", k.value_end},
                          {"prediction", pred}, {"correct", ok > 0}});
         ++done;
         if (c.progress)

@@ -18,12 +18,15 @@ struct NiahGridConfig {
   std::vector<i64> lengths;
   std::vector<double> depths;
   int samples = 4;
+  int value_digits = 7;  // digits of the needle's value
   std::uint64_t seed = 42;
   bool progress = true;
 };
 
 // Accuracy grid [depth][length] and the mean, as JSON:
-// {"lengths", "depths", "accuracy": [[...]], "mean", "samples", "cases": [{length, depth, value, prediction, correct}]}
+// {"lengths", "depths", "accuracy": [[...]], "mean", "samples",
+//  "cases": [{length, depth, key, value, value_begin, value_end, prediction, correct}]}
+// (value_begin/value_end: the value's token span in the prompt, so a caller can tell how far back it lies).
 nlohmann::json run_niah_grid(Model& model, const data::Tokenizer& tok, const Haystack& hay, const NiahGridConfig& c);
 
 // Greedy completion of a prompt (B = 1), decoded to text.

@@ -11,8 +11,7 @@ void NiahMixStream::next(Batch& b) {
   for (i64 r = 0; r < b.B; ++r) {
     Rng rng(seed_ ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ (0xbf58476d1ce4e5b9ULL * static_cast<std::uint64_t>(r + 1)));
     if (rng.uniform() >= fraction_) continue;
-    const i64 reserve = 24;  // room for the answer; the rest after it is haystack
-    NiahCase c = make_niah_case(tok_, hay_, T + 1 - reserve, rng.uniform(), rng);
+    NiahCase c = make_niah_case(tok_, hay_, prompt_length(T), rng.uniform(), rng, value_digits_);
     std::vector<int32_t> seq = c.prompt;
     auto ans = tok_.encode(" " + c.value + ".\n");
     seq.insert(seq.end(), ans.begin(), ans.end());

@@ -11,9 +11,13 @@ namespace hlm {
 class NiahMixStream final : public BatchStream {
  public:
   NiahMixStream(BatchStream& base, const data::Tokenizer& tok, const Haystack& hay, double fraction,
-                std::uint64_t seed)
-      : base_(base), tok_(tok), hay_(hay), fraction_(fraction), seed_(seed) {}
+                std::uint64_t seed, int value_digits = 7)
+      : base_(base), tok_(tok), hay_(hay), fraction_(fraction), value_digits_(value_digits), seed_(seed) {}
   void next(Batch& b) override;
+  // The NIAH prompt length inside a row of T tokens (the rest holds the answer and more haystack): the
+  // length a model trained on these rows is evaluated at.
+  static i64 prompt_length(i64 T) { return T + 1 - kAnswerReserve; }
+  static constexpr i64 kAnswerReserve = 24;
   nlohmann::json state() const override { return {{"base", base_.state()}, {"niah_batches", counter_}}; }
   void set_state(const nlohmann::json& s) override {
     base_.set_state(s.at("base"));
@@ -25,6 +29,7 @@ class NiahMixStream final : public BatchStream {
   const data::Tokenizer& tok_;
   const Haystack& hay_;
   double fraction_;
+  int value_digits_;
   std::uint64_t seed_, counter_ = 0;
 };
 
