@@ -248,10 +248,15 @@ TEST(NiahTrained, PureSwaScoresNearChanceWhenTheNeedleIsOutsideItsWindow) {
   Model& m = trained("SS");
   const json g = grid(m);
   // No path of kLayers window-W layers reaches from the last prompt token back to any value token.
-  for (const auto& c : g.at("cases"))
-    ASSERT_GT(c.at("length").get<i64>() - c.at("value_end").get<i64>(), kLayers * (kWindow - 1)) << c.dump();
+  i64 min_gap = kMaxLen;
+  for (const auto& c : g.at("cases")) {
+    const i64 gap = c.at("length").get<i64>() - c.at("value_end").get<i64>();  // tokens after the value
+    ASSERT_GT(gap, kLayers * (kWindow - 1)) << c.dump();
+    min_gap = std::min(min_gap, gap);
+  }
   const double acc = g.at("mean").get<double>();
-  std::printf("niah: SS trained %.1f s, accuracy %.3f\n", fx().train_seconds["SS"], acc);
+  std::printf("niah: SS trained %.1f s, accuracy %.3f, needle >= %lld tokens before the end of the prompt\n",
+              fx().train_seconds["SS"], acc, static_cast<long long>(min_gap));
   EXPECT_LT(acc, 0.1) << "exact match of a 2-digit number: chance is 1/90";
 }
 
@@ -270,4 +275,16 @@ TEST(NiahTrained, FullAttentionCutToOneTokenDropsToChance) {
   std::printf("niah: SF accuracy %.3f, with the full-attention layer cut to span 1 %.3f\n",
               base.at("mean").get<double>(), acc);
   EXPECT_LT(acc, 0.1);
+}
+
+TEST(NiahTrained, ValueDigitsOptionSetsTheValueLength) {
+  data::ByteTokenizer tok;
+  Haystack noise(tok);
+  Rng r(3);
+  for (int d : {1, 2, 7, 12}) {
+    NiahCase c = make_niah_case(tok, noise, 400, 0.5, r, d);
+    EXPECT_EQ(static_cast<int>(c.value.size()), d);
+    EXPECT_EQ(tok.decode({c.prompt.begin() + c.value_begin, c.prompt.begin() + c.value_end}), " " + c.value);
+  }
+  EXPECT_THROW(make_niah_case(tok, noise, 400, 0.5, r, 0), Error);
 }
