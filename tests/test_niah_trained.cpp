@@ -6,8 +6,8 @@
 // layer cut to a span of 1 (eval/probes.*) drops to chance, while a span >= the length changes nothing.
 // To fit the test budget the rows are short (64 tokens, a phrase-level tokenizer learned from NIAH text),
 // the value has 2 digits and the haystack is the noise haystack.
-// Cost (Release, 1 thread, on the shared 2-core machine): ~16 s CPU for the whole file (two trainings of
-// ~8 s each; the grids take milliseconds).
+// Cost (Release, 1 thread, measured on the shared 2-core machine): ~18 s CPU, 27 s wall for the file (two
+// trainings of ~8 s CPU each; the grids take milliseconds).
 #include <gtest/gtest.h>
 #include <omp.h>
 
