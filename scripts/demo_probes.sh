@@ -10,7 +10,7 @@
 #
 # Environment (all optional):
 #   STEPS       optimizer steps per run (1500)       CKPT_EVERY  checkpoint + NIAH-eval interval (STEPS/15)
-#   RUNS        name:preset:window entries ("swa8:swa128:8 swa8-nope:swa128-nope:8 swa128:swa128:128")
+#   RUNS        name:preset:window entries ("swa128:swa128:128 swa8:swa128:8 swa8-nope:swa128-nope:8")
 #   PARALLEL    trainings at once (2; each then gets THREADS=1)   THREADS  OpenMP threads per process
 #   OUT         output folder (runs/demo-probes)     BIN  hybridlm binary (build/release/hybridlm, built if missing)
 #   SPANS       receptive-field spans ("4 16")       SAMPLES  NIAH needles per depth in the probes (4)
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-1500}
 CKPT_EVERY=${CKPT_EVERY:-$(( STEPS / 15 > 0 ? STEPS / 15 : 1 ))}
 # name:preset:window (window overrides the preset's SWA window; see docs/results-probes.md for why 8)
-RUNS=${RUNS:-"swa8:swa128:8 swa8-nope:swa128-nope:8 swa128:swa128:128"}
+RUNS=${RUNS:-"swa128:swa128:128 swa8:swa128:8 swa8-nope:swa128-nope:8"}
 PARALLEL=${PARALLEL:-2}
 THREADS=${THREADS:-$(( PARALLEL > 1 ? 1 : 0 ))}
 OUT=${OUT:-runs/demo-probes}
@@ -99,6 +99,29 @@ NAMES=$(for r in $RUNS; do echo "${r%%:*}"; done)
 
 # 2. Probes on each run (one process at a time). SUMMARY_ONLY=1 skips to the tables.
 if [[ -z "${SUMMARY_ONLY:-}" ]]; then
+# NIAH rows as plain text (4000 documents back to back in one file; its last 2% is the validation split):
+# the models are trained on NIAH rows only, so loss on the corpus says little; receptive-field also
+# measures the loss on this text (--data). Tokenised as a whole, not piece by piece as the engine's rows are.
+mkdir -p "$OUT/niah-text"
+[[ -f "$OUT/niah-text/niah.txt" ]] || python3 - "$OUT/niah-text/niah.txt" 5 4000 <<'PY'
+import random, sys
+# NIAH documents as plain text, in the format of the engine's NIAH rows (data/niah_task.cpp, train/niah_mix.cpp):
+# prefix, noise haystack with the needle at a uniform depth, question, answer; one file, documents back to back.
+adj = "amber brave calm dusty eager fancy gentle hollow icy jolly kind lucky mellow noble odd proud quiet rapid silver tidy upbeat vivid witty young zesty bold crisp daring early fuzzy grand humble".split()
+noun = "apple bridge castle dragon engine forest garden harbor island jacket kettle lantern meadow needle orchard pepper quarry river saddle tunnel umbrella valley window yacht zebra basket candle desert falcon glacier hammer insect".split()
+noise = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+rng = random.Random(int(sys.argv[2]))
+words = (noise * 4).split(" ")
+with open(sys.argv[1], "w") as f:
+    for _ in range(int(sys.argv[3])):
+        key = rng.choice(adj) + "-" + rng.choice(noun)
+        value = str(rng.randint(1, 9)) + "".join(str(rng.randint(0, 9)) for _ in range(6))
+        hay = words[:36]  # ~70 tokens of noise, like a 128-token training row
+        at = rng.randint(0, len(hay))
+        f.write("A special magic number is hidden in the following text. Remember it.\n" + " ".join(hay[:at]) +
+                f"\nThe special magic number for {key} is: {value}.\n" + " ".join(hay[at:]) +
+                f"\nWhat is the special magic number for {key}? The special magic number for {key} is: {value}.\n")
+PY
 PT=$(( THREADS > 0 ? THREADS * PARALLEL : 0 ))
 for p in $NAMES; do
   dir="$OUT/$p"
@@ -110,6 +133,9 @@ for p in $NAMES; do
     "$BIN" probe receptive-field --ckpt "$dir" --restrict "full;efficient" --span "$s" --samples "$SAMPLES" \
       --max-tokens 16384 --threads "$PT" --json --plot "$OUT/$p.rf$s.svg" >"$OUT/$p.rf$s.json"
   done
+  echo "probe receptive-field $p span 4 on NIAH text"
+  "$BIN" probe receptive-field --ckpt "$dir" --data "$OUT/niah-text/niah.txt" --restrict "full;efficient" --span 4 \
+    --samples 1 --max-tokens 16384 --threads "$PT" --json --plot "$OUT/$p.rf4-niahtext.svg" >"$OUT/$p.rf4-niahtext.json"
   echo "probe retrieval-heads $p (final checkpoint)"
   "$BIN" probe retrieval-heads --ckpt "$dir" --samples 4 --threads "$PT" --json --plot "$OUT/$p.heads.svg" \
     >"$OUT/$p.heads.json"
@@ -118,17 +144,16 @@ for p in $NAMES; do
     --plot "$OUT/$p.heads-over.svg" >"$OUT/$p.heads-over.json"
 done
 
-# 3. One attention map (43 tokens, so the SVG stays ~120 KB): the full-attention layer (3) of the first run
-# reading a needle sentence twice, for the head with the highest retrieval score.
+# 3. One attention map (43 tokens, so the SVG stays ~120 KB): the first run's head with the highest retrieval
+# score reading a needle sentence twice.
 first=$(echo $NAMES | cut -d" " -f1)
-head=$(python3 -c "
+read -r layer head < <(python3 -c "
 import json
-s = json.load(open('$OUT/$first.heads.json'))['scores'][3]
-print(max(range(len(s)), key=lambda h: s[h] if s[h] is not None else -1))")
+s = json.load(open('$OUT/$first.heads.json'))['scores']
+print(*max(((l, h) for l in range(len(s)) for h in range(len(s[l])) if s[l][h] is not None), key=lambda x: s[x[0]][x[1]]))")
 prompt=$'The special magic number for calm-river is: 4817263.\nThe special magic number for calm-river is: 4817263'
-"$BIN" probe attention-map --ckpt "$OUT/$first" --prompt "$prompt" --layer 3 --head "$head" --threads "$PT" \
-  --plot "$OUT/$first.attn-L3H$head.svg"
-
+"$BIN" probe attention-map --ckpt "$OUT/$first" --prompt "$prompt" --layer "$layer" --head "$head" --threads "$PT" \
+  --plot "$OUT/$first.attn-L${layer}H$head.svg"
 fi
 
 # 4. Summary tables.
@@ -177,6 +202,15 @@ for p in presets:
             by_depth = " / ".join(f"{d}: {g[0]:.2f}" for d, g in zip(r["niah_depths"], row["niah_grid"]))
             L.append(f"| {p} | {s} | {row['restrict']} | {row['layers']} | {row['loss']:.3f} | {row['delta_loss']:+.3f} "
                      f"| {row['niah_accuracy']:.2f} | {row['delta_niah']:+.2f} | {by_depth} |")
+L.append("\n## Receptive-field restriction, loss on NIAH text (span 4; NIAH column as above, 1 needle per depth)\n")
+L.append("| run | restrict | layers | loss | delta loss | NIAH |")
+L.append("|---|---|---|---|---|---|")
+for p in presets:
+    fn = f"{out}/{p}.rf4-niahtext.json"
+    if not os.path.exists(fn):
+        continue
+    for row in json.load(open(fn))["rows"]:
+        L.append(f"| {p} | {row['restrict']} | {row['layers']} | {row['loss']:.3f} | {row['delta_loss']:+.3f} | {row['niah_accuracy']:.2f} |")
 L.append("\n## Retrieval heads on the final checkpoint (score > 0.1)\n")
 L.append("| run | NIAH (probe) | kept cases | heads | scores [layer][head] |")
 L.append("|---|---|---|---|---|")
