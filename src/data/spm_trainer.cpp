@@ -79,6 +79,8 @@ void train_sentencepiece(const std::vector<std::string>& sentences, const std::s
       {"add_dummy_prefix", "false"},
       {"allow_whitespace_only_pieces", "true"},
       {"split_digits", "true"},
+      {"split_by_whitespace", opt.split_by_whitespace ? "true" : "false"},
+      {"max_sentencepiece_length", std::to_string(opt.max_piece_chars)},
       {"max_sentence_length", std::to_string(kMaxSentence)},
       // Our own deterministic sample is the input: no further sampling or shuffling inside spm.
       {"input_sentence_size", "0"},

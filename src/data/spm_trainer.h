@@ -16,6 +16,9 @@ struct SpmTrainOptions {
   std::uint64_t seed = 0;                // picks which documents are sampled
   int threads = 0;                       // 0: hlm::num_threads()
   bool verbose = false;                  // let SentencePiece print its own log
+  // false: pieces may span words (" magic number for"), for tiny vocabularies learned from templated text.
+  bool split_by_whitespace = true;
+  int max_piece_chars = 16;              // longest piece in characters (SentencePiece's max_sentencepiece_length)
 };
 
 // Writes the model to out_path (temp file + rename). Each sentence may span several lines.
