@@ -252,6 +252,30 @@ TEST(Config, BadInputIsAnErrorNamingTheField) {
   expect_error([] { Model m(resolve_config("", "", {"max_seq_len=16"})); m.plan(1, 32); }, "max_seq_len");
 }
 
+// init_scale multiplies exactly the N(0, std) weights (same seed, same draws); norms and custom inits stay.
+TEST(Config, InitScaleScalesTheNormalWeightsOnly) {
+  ModelConfig a = tiny("SLMGF"), b = a;
+  b.init_scale = 3.0;
+  Model ma(a), mb(b);
+  ma.init(7);
+  mb.init(7);
+  int normal = 0;
+  for (const auto& p : ma.registry().all())
+    for (i64 i = 0; i < p.shape.numel(); ++i) {
+      const float x = ma.params()[p.offset + i], y = mb.params()[p.offset + i];
+      if (p.init == Init::Normal) {
+        ASSERT_FLOAT_EQ(y, 3.0f * x) << p.name;
+        normal += x != 0;
+      } else {
+        ASSERT_EQ(y, x) << p.name;
+      }
+    }
+  EXPECT_GT(normal, 1000);
+  EXPECT_EQ(ModelConfig::from_json(b.to_json(), "round trip").init_scale, 3.0);
+  EXPECT_FALSE(a.to_json().contains("init_scale"));  // default configs are written as before
+  EXPECT_THROW(resolve_config("", "", {"init_scale=0"}), Error);
+}
+
 TEST(Model, FlopsAreCountedPerLayerType) {
   auto full = Model(resolve_config("full", "", {})).flops(1024);
   auto swa = Model(resolve_config("swa128-nope", "", {})).flops(1024);

@@ -11,7 +11,7 @@ namespace {
 
 const std::set<std::string> kTopKeys = {
     "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab_size", "max_seq_len",
-    "pattern", "window", "rope_theta", "norm_eps", "chunk_size", "mamba_d_state", "mamba_expand",
+    "pattern", "window", "rope_theta", "norm_eps", "init_scale", "chunk_size", "mamba_d_state", "mamba_expand",
     "layer_types"};
 const std::set<std::string> kTypeKeys = {"rope", "window", "n_heads", "n_kv_heads", "head_dim", "qk_norm"};
 
@@ -67,11 +67,13 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   c.window = get_int(j, "window", c.window, src);
   c.rope_theta = get_num(j, "rope_theta", c.rope_theta, src);
   c.norm_eps = get_num(j, "norm_eps", c.norm_eps, src);
+  c.init_scale = get_num(j, "init_scale", c.init_scale, src);
   c.chunk_size = get_int(j, "chunk_size", c.chunk_size, src);
   c.mamba_d_state = get_int(j, "mamba_d_state", c.mamba_d_state, src);
   c.mamba_expand = get_int(j, "mamba_expand", c.mamba_expand, src);
   if (c.rope_theta <= 0) fail("{}: field 'rope_theta' must be > 0", src);
   if (c.norm_eps <= 0) fail("{}: field 'norm_eps' must be > 0", src);
+  if (!(c.init_scale > 0)) fail("{}: field 'init_scale' must be > 0", src);
   if (j.contains("pattern")) {
     if (!j["pattern"].is_string()) fail("{}: field 'pattern' must be a string like \"SSSF\"", src);
     c.pattern = j["pattern"].get<std::string>();
@@ -133,6 +135,7 @@ json ModelConfig::to_json() const {
     lt[std::string(1, ch)] = t;
   }
   j["layer_types"] = lt;
+  if (init_scale != 1.0) j["init_scale"] = init_scale;  // only when set: older config files stay byte-identical
   return j;
 }
 

@@ -31,6 +31,7 @@ struct ModelConfig {
   i64 window = 128;
   double rope_theta = 10000.0;
   double norm_eps = 1e-6;
+  double init_scale = 1.0;  // multiplies the std of every N(0, std) weight (small models leave the plateau sooner)
   i64 chunk_size = 64;
   i64 mamba_d_state = 64, mamba_expand = 2;
   std::map<char, LayerTypeOptions> types;  // resolved options for every letter used in `pattern`

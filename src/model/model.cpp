@@ -44,7 +44,7 @@ void Model::init(std::uint64_t seed) {
     const i64 n = p.shape.numel();
     switch (p.init) {
       case Init::Normal:
-        for (i64 i = 0; i < n; ++i) w[i] = static_cast<float>(rng.normal() * p.init_a);
+        for (i64 i = 0; i < n; ++i) w[i] = static_cast<float>(rng.normal() * p.init_a * cfg_.init_scale);
         break;
       case Init::Ones:
         std::fill(w, w + n, 1.f);
