@@ -41,6 +41,18 @@ TEST(ReceptiveField, RestrictionSpecsSelectLayers) {
   EXPECT_THROW(restricted_layers(m.config(), "sideways"), Error);
 }
 
+// The keep rule of the retrieval-head probe: value tokens reproduced in order, at any offset; a constant
+// guess that shares the leading space and a few digits as a bag does not pass the half-way mark.
+TEST(RetrievalScore, KeepRuleCountsValueTokensInOrder) {
+  const std::vector<int32_t> value = {1, 17, 13, 19, 11, 10, 12, 10};  // " 7391020" as " " + 7 digits
+  EXPECT_EQ(value_tokens_recalled({1, 17, 13, 19, 11, 10, 12, 10, 2}, value), 8);
+  EXPECT_EQ(value_tokens_recalled({5, 1, 17, 13, 19, 11, 10, 12, 10}, value), 8) << "a token before the value";
+  EXPECT_EQ(value_tokens_recalled({17, 13, 19, 11}, value), 4) << "no leading space, first half";
+  const std::vector<int32_t> constant = {1, 17, 10, 10, 10, 10, 10, 10};  // " 7000000"
+  EXPECT_EQ(value_tokens_recalled(constant, value), 4);  // space, 7 and the two aligned zeros: 4 of 8, not kept
+  EXPECT_EQ(value_tokens_recalled({}, value), 0);
+}
+
 TEST(RetrievalScore, HandBuiltCopyingHeadScoresOneAndOthersZero) {
   // Prompt with the needle value at positions 10..13; the model generates exactly those 4 tokens.
   std::vector<int32_t> prompt(20);

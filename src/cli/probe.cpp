@@ -107,11 +107,14 @@ struct RhOpts {
   std::vector<double> depths = {0.1, 0.3, 0.5, 0.7, 0.9};
   int samples = 2, threads = 0;
   double threshold = 0.1;
+  int min_kept = 3;
   std::uint64_t seed = 7;
   bool json = false;
 };
 
-nlohmann::json scores_json(const RetrievalScores& s, const ModelConfig& cfg, double threshold) {
+// Heads are named only when at least `min_kept` tests were kept: one lucky test would give any head with a
+// single copy event a score of 1/|value| (> the 0.1 threshold for a 7-digit value).
+nlohmann::json scores_json(const RetrievalScores& s, const ModelConfig& cfg, double threshold, int min_kept) {
   nlohmann::json heads = nlohmann::json::array(), layers = nlohmann::json::array();
   int n_above = 0, n_above_full = 0;
   for (size_t l = 0; l < s.score.size(); ++l) {
@@ -119,7 +122,7 @@ nlohmann::json scores_json(const RetrievalScores& s, const ModelConfig& cfg, dou
     for (size_t h = 0; h < s.score[l].size(); ++h) {
       const double v = s.score[l][h];
       row.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json());
-      if (std::isfinite(v) && v > threshold) {
+      if (std::isfinite(v) && v > threshold && s.kept >= min_kept) {
         heads.push_back({{"layer", l}, {"head", h}, {"score", v}, {"type", std::string(1, cfg.letter(l))}});
         ++n_above;
         n_above_full += cfg.letter(l) == 'F';
@@ -128,7 +131,7 @@ nlohmann::json scores_json(const RetrievalScores& s, const ModelConfig& cfg, dou
     layers.push_back(row);
   }
   return {{"scores", layers}, {"retrieval_heads", heads}, {"n_retrieval_heads", n_above},
-          {"n_retrieval_heads_full", n_above_full}, {"threshold", threshold}, {"cases", s.cases}, {"kept", s.kept},
+          {"n_retrieval_heads_full", n_above_full}, {"threshold", threshold}, {"min_kept", min_kept}, {"cases", s.cases}, {"kept", s.kept},
           {"niah_accuracy", s.accuracy}};
 }
 
@@ -160,7 +163,7 @@ int run_rh(const RhOpts& o) {
                                                           : std::make_unique<Haystack>(pd.val, *pd.tok);
     RetrievalScores s = retrieval_head_scores(*lm.model, *pd.tok, *hay, lengths_or(o.lengths, pd.train_len), o.depths,
                                               o.samples, o.seed, !o.json);
-    nlohmann::json j = scores_json(s, lm.model->config(), o.threshold);
+    nlohmann::json j = scores_json(s, lm.model->config(), o.threshold, o.min_kept);
     const std::string name = fs::path(lm.ckpt_dir).filename().string();
     long step = name.rfind("step_", 0) == 0 ? std::stol(name.substr(5)) : 0;
     j["checkpoint"] = lm.ckpt_dir;
@@ -181,7 +184,10 @@ int run_rh(const RhOpts& o) {
     for (size_t l = 0; l < s.score.size(); ++l)
       hm.row_labels.push_back(fmt::format("{} ({})", l, lm.model->config().letter(static_cast<i64>(l))));
     hm.values = s.score;
-    hm.vmax = std::max(0.2, 0.0);
+    hm.vmax = 0.2;  // a common scale across runs, widened when a head scores higher
+    for (const auto& row : s.score)
+      for (double v : row)
+        if (std::isfinite(v)) hm.vmax = std::max(hm.vmax, v);
     last = j;
   }
   if (!o.plot.empty()) {
@@ -271,6 +277,7 @@ Command register_probe(CLI::App& app) {
   b->add_option("--depths", rh->depths, "NIAH depths")->delimiter(',')->capture_default_str();
   b->add_option("--samples", rh->samples, "needles per (length, depth)")->capture_default_str();
   b->add_option("--threshold", rh->threshold, "score above which a head is a retrieval head")->capture_default_str();
+  b->add_option("--min-kept", rh->min_kept, "kept tests needed before heads are named")->capture_default_str();
   b->add_option("--haystack", rh->haystack, "noise | corpus")->capture_default_str();
   b->add_option("--seed", rh->seed, "needle seed")->capture_default_str();
   b->add_option("--data", rh->data, "dataset (default: the run's)");

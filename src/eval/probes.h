@@ -18,7 +18,7 @@ std::vector<i64> restricted_layers(const ModelConfig& cfg, const std::string& sp
 void apply_max_span(Model& model, const std::vector<i64>& layers, i64 span);
 
 // Retrieval scores [layer][head] (NaN rows for layers without softmax attention) averaged over the NIAH
-// cases whose answer was retrieved (at least half of the value's tokens generated); see docs/probes.md.
+// cases whose answer was retrieved (more than half of the value's tokens reproduced in order); see docs/probes.md.
 struct RetrievalScores {
   std::vector<std::vector<double>> score;  // [layer][head]
   std::vector<char> is_attention;          // per layer
@@ -31,6 +31,11 @@ struct RetrievalScores {
 std::vector<double> retrieval_scores_for_case(const std::vector<std::vector<i64>>& top1,
                                               const std::vector<int32_t>& generated,
                                               const std::vector<int32_t>& prompt, i64 begin, i64 end);
+
+// How many of the value's tokens the generation reproduces in order: the most position-wise matches of
+// `value` against `generated` over every alignment. (A bag of tokens would let a constant guess such as
+// " 7000000" keep a test by matching the leading space and the zeros of the value.)
+int value_tokens_recalled(const std::vector<int32_t>& generated, const std::vector<int32_t>& value);
 
 RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, const Haystack& hay,
                                       const std::vector<i64>& lengths, const std::vector<double>& depths, int samples,
