@@ -15,6 +15,7 @@
 #   OUT         output folder (runs/demo-probes)     BIN  hybridlm binary (build/release/hybridlm, built if missing)
 #   SPANS       receptive-field spans ("4 16")       SAMPLES  NIAH needles per depth in the probes (4)
 #   INIT_SCALE  the model's init_scale: N(0, 0.02 * INIT_SCALE) weights (3)
+#   EXTRA       more train flags for every run, e.g. "--set layer_types.F.qk_norm=true"
 #   TRAIN_ONLY  stop after training           SUMMARY_ONLY  only rewrite summary.md from the probe outputs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +54,7 @@ train_one() {
   if [[ -f "$dir/train.json" ]]; then echo "train $name: done already ($dir/train.json)"; return; fi
   rm -rf "$dir"
   t0=$SECONDS
-  "$BIN" train --preset "$preset" "${MODEL[@]}" --set window="$window" --set init_scale="$INIT_SCALE" "${RECIPE[@]}" \
+  "$BIN" train --preset "$preset" "${MODEL[@]}" --set window="$window" --set init_scale="$INIT_SCALE" "${RECIPE[@]}" ${EXTRA:-} \
     --steps "$STEPS" "${EVAL[@]}" --threads "$THREADS" --out "$dir" --json \
     >"$OUT/$name.train.json.tmp" 2>"$OUT/$name.train.log"
   echo "{\"wall_s\": $(( SECONDS - t0 )), \"threads\": $THREADS, \"parallel\": $PARALLEL}" >"$dir/wall.json"
