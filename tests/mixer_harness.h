@@ -131,6 +131,43 @@ inline std::vector<float> slice_tokens(const std::vector<float>& v, i64 T, i64 D
   return std::vector<float>(v.begin() + (b * T + t0) * D, v.begin() + (b * T + t1) * D);
 }
 
+// doc_start of packed rows from each row's document start positions (starts[b][0] == 0).
+inline std::vector<int32_t> packed_doc_start(i64 T, const std::vector<std::vector<i64>>& starts) {
+  std::vector<int32_t> ds;
+  for (const auto& row : starts) {
+    size_t k = 0;
+    for (i64 t = 0; t < T; ++t) {
+      while (k + 1 < row.size() && row[k + 1] <= t) ++k;
+      ds.push_back(static_cast<int32_t>(row[k]));
+    }
+  }
+  return ds;
+}
+
+// Packed rows == each document run alone: outputs, input gradients and the accumulated parameter gradients
+// within relative `tol`. Returns the packed forward output.
+inline std::vector<float> expect_packed_equals_separate(MixerRig& rig, const std::vector<float>& x,
+                                                        const std::vector<float>& dy, i64 B, i64 T, i64 D,
+                                                        const std::vector<std::vector<i64>>& starts, double tol) {
+  const auto ds = packed_doc_start(T, starts);
+  rig.zero_grad();
+  const auto y = rig.forward(x, B, T, ds.data());
+  const auto dx = rig.backward(x, dy, B, T, ds.data());
+  const std::vector<float> g_packed = rig.grads();
+  rig.zero_grad();
+  for (i64 b = 0; b < B; ++b)
+    for (size_t k = 0; k < starts[b].size(); ++k) {
+      const i64 t0 = starts[b][k], t1 = k + 1 < starts[b].size() ? starts[b][k + 1] : T;
+      const auto xs = slice_tokens(x, T, D, b, t0, t1);
+      const auto ys = rig.forward(xs, 1, t1 - t0);
+      const auto dxs = rig.backward(xs, slice_tokens(dy, T, D, b, t0, t1), 1, t1 - t0);
+      EXPECT_TRUE(close_rel(ys, slice_tokens(y, T, D, b, t0, t1), tol, "y doc"));
+      EXPECT_TRUE(close_rel(dxs, slice_tokens(dx, T, D, b, t0, t1), tol, "dx doc"));
+    }
+  EXPECT_TRUE(close_rel(rig.grads(), g_packed, tol, "parameter grads"));
+  return y;
+}
+
 // Richardson-extrapolated central difference of a float function: O(h^4) truncation, fp32 round-off
 // dominates (the pattern of tests/test_model.cpp).
 inline double richardson(float& w, const std::function<double()>& loss, float h) {

@@ -87,19 +87,6 @@ std::vector<S> reference(const MixerRig& rig, const std::vector<S>& P, const std
 
 const LightningMixer& lm(const MixerRig& rig) { return dynamic_cast<const LightningMixer&>(*rig.m); }
 
-// doc_start of packed rows: each row's document start positions.
-std::vector<int32_t> packed_doc_start(i64 T, const std::vector<std::vector<i64>>& starts) {
-  std::vector<int32_t> ds;
-  for (const auto& row : starts) {
-    size_t k = 0;
-    for (i64 t = 0; t < T; ++t) {
-      while (k + 1 < row.size() && row[k + 1] <= t) ++k;
-      ds.push_back(static_cast<int32_t>(row[k]));
-    }
-  }
-  return ds;
-}
-
 }  // namespace
 
 TEST(LightningMixer, MinimaxSlopes) {
@@ -167,26 +154,11 @@ TEST(LightningMixer, GradientsMatchFiniteDifferences) {
 TEST(LightningMixer, PackedDocumentsEqualSeparateRuns) {
   const i64 B = 2, T = 30, D = 16;
   const std::vector<std::vector<i64>> starts = {{0, 11, 25}, {0, 17}};
-  const auto ds = packed_doc_start(T, starts);
   MixerRig rig(lightning_cfg(D, 2, 8, 8), 1);
   rig.init(5, 10.0);
   const auto x = randn(static_cast<size_t>(B * T * D), 6);
   const auto dy = randn(x.size(), 7);
-  rig.zero_grad();
-  const auto y = rig.forward(x, B, T, ds.data());
-  const auto dx = rig.backward(x, dy, B, T, ds.data());
-  const std::vector<float> g_packed = rig.grads();
-  rig.zero_grad();
-  for (i64 b = 0; b < B; ++b)
-    for (size_t k = 0; k < starts[b].size(); ++k) {
-      const i64 t0 = starts[b][k], t1 = k + 1 < starts[b].size() ? starts[b][k + 1] : T;
-      const auto xs = slice_tokens(x, T, D, b, t0, t1);
-      const auto ys = rig.forward(xs, 1, t1 - t0);
-      const auto dxs = rig.backward(xs, slice_tokens(dy, T, D, b, t0, t1), 1, t1 - t0);
-      EXPECT_TRUE(close_rel(ys, slice_tokens(y, T, D, b, t0, t1), 1e-6, "y doc"));
-      EXPECT_TRUE(close_rel(dxs, slice_tokens(dx, T, D, b, t0, t1), 1e-6, "dx doc"));
-    }
-  EXPECT_TRUE(close_rel(rig.grads(), g_packed, 1e-6, "parameter grads"));
+  expect_packed_equals_separate(rig, x, dy, B, T, D, starts, 1e-6);
 }
 
 TEST(LightningMixer, DecodeEqualsForwardPastTheChunk) {
