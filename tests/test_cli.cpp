@@ -120,6 +120,20 @@ TEST(Cli, TrainEvalAndCorruptCheckpoints) {
   expect_error(run("eval ppl --ckpt " + (tmp_root() / "run_lie").string()), "model.safetensors");
 }
 
+// --niah-digits: validated up front, stored in run.json (where eval niah and the probes read it). ~1 s.
+TEST(Cli, NiahDigitsIsValidatedAndStoredInRunJson) {
+  expect_error(run("train " + tiny_model() + corpus() + "--steps 1 --niah-digits 0"), "--niah-digits");
+  const fs::path out = tmp_root() / "run_digits";
+  Result r = run("train " + tiny_model() + corpus() + "--steps 1 --seq-len 32 --batch 2 --eval-batches 1 --niah-digits 3 "
+                 "--quiet --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream f(out / "run.json");
+  const std::string run_json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(run_json.find("\"niah_digits\": 3"), std::string::npos) << run_json;
+  expect_error(run("eval niah --ckpt " + out.string() + " --niah-digits -2 --threads 1"), "--niah-digits");
+  expect_error(run("probe retrieval-heads --ckpt " + out.string() + " --niah-digits 0 --threads 1"), "--niah-digits");
+}
+
 TEST(Cli, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   const fs::path out = tmp_root() / "run_nan";
   Result r = run("train " + tiny_model() + corpus() +

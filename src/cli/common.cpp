@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/error.h"
 
@@ -24,6 +25,22 @@ void add_threads_flag(CLI::App* app, int* threads) {
 
 void apply_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
+}
+
+constexpr int kDigitsUnset = std::numeric_limits<int>::min();
+
+void add_niah_digits_flag(CLI::App* app, int* digits) {
+  *digits = kDigitsUnset;
+  app->add_option("--niah-digits", *digits, "digits of the NIAH needle values (default: the run's, else 7)");
+}
+
+int niah_digits(int flag, const nlohmann::json& run) {
+  if (flag != kDigitsUnset) {
+    if (flag < 1) fail("--niah-digits must be >= 1, got {}", flag);
+    return flag;
+  }
+  if (run.contains("train") && run["train"].contains("niah_digits")) return run["train"]["niah_digits"].get<int>();
+  return 7;
 }
 
 void print_json(const nlohmann::json& j) {

@@ -22,6 +22,11 @@ struct ModelFlags {
 void add_threads_flag(CLI::App* app, int* threads);
 void apply_threads(int threads);
 
+// --niah-digits N: digits of the NIAH needle values. Left unset, niah_digits() takes the run's own value.
+void add_niah_digits_flag(CLI::App* app, int* digits);
+// The flag when given (>= 1, else hlm::Error naming the flag), else run.json's train.niah_digits, else 7.
+int niah_digits(int flag, const nlohmann::json& run);
+
 // Prints one JSON object on stdout.
 void print_json(const nlohmann::json& j);
 

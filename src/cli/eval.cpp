@@ -98,7 +98,7 @@ struct NiahOpts {
   std::string ckpt, data, plot, haystack = "corpus";
   std::vector<std::string> lengths;
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
-  int samples = 4, threads = 0;
+  int samples = 4, threads = 0, digits = 0;
   std::uint64_t seed = 42;
   bool json = false;
 };
@@ -138,6 +138,7 @@ int run_niah(const NiahOpts& o) {
   for (double d : c.depths)
     if (d < 0 || d > 1) fail("--depths: {} is outside [0, 1]", d);
   c.samples = o.samples;
+  c.value_digits = niah_digits(o.digits, lm.run);
   c.seed = o.seed;
   c.progress = !o.json;
   nlohmann::json r = run_niah_grid(*lm.model, *rd.tok, *hay, c);
@@ -298,6 +299,7 @@ Command register_eval(CLI::App& app) {
   n->add_option("--depths", niah->depths, "needle depths in [0, 1]")->delimiter(',')->capture_default_str();
   n->add_option("--samples", niah->samples, "needles per (length, depth) cell")->capture_default_str();
   n->add_option("--haystack", niah->haystack, "corpus | noise")->capture_default_str();
+  add_niah_digits_flag(n, &niah->digits);
   n->add_option("--seed", niah->seed, "seed for keys, values and haystack positions")->capture_default_str();
   n->add_option("--plot", niah->plot, "write the depth x length heatmap (SVG)");
   n->add_flag("--json", niah->json, "print a JSON result on stdout");

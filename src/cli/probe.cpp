@@ -43,7 +43,7 @@ struct RfOpts {
   i64 span = 0, seq_len = 0, max_tokens = 65536;
   std::vector<i64> lengths;
   std::vector<double> depths = {0.1, 0.5, 0.9};
-  int samples = 4, buckets = 8, threads = 0;
+  int samples = 4, buckets = 8, threads = 0, digits = 0;
   bool json = false;
 };
 
@@ -60,6 +60,7 @@ int run_rf(const RfOpts& o) {
   nc.lengths = lengths_or(o.lengths, L);
   nc.depths = o.depths;
   nc.samples = o.samples;
+  nc.value_digits = niah_digits(o.digits, lm.run);
   nc.progress = false;
   std::vector<std::string> choices = {"none"};
   choices.insert(choices.end(), o.restrict.begin(), o.restrict.end());
@@ -105,7 +106,7 @@ struct RhOpts {
   std::string ckpt, over, data, plot, haystack = "noise";
   std::vector<i64> lengths;
   std::vector<double> depths = {0.1, 0.3, 0.5, 0.7, 0.9};
-  int samples = 2, threads = 0;
+  int samples = 2, threads = 0, digits = 0;
   double threshold = 0.1;
   int min_kept = 3;
   std::uint64_t seed = 7;
@@ -162,7 +163,7 @@ int run_rh(const RhOpts& o) {
     std::unique_ptr<Haystack> hay = o.haystack == "noise" ? std::make_unique<Haystack>(*pd.tok)
                                                           : std::make_unique<Haystack>(pd.val, *pd.tok);
     RetrievalScores s = retrieval_head_scores(*lm.model, *pd.tok, *hay, lengths_or(o.lengths, pd.train_len), o.depths,
-                                              o.samples, o.seed, !o.json);
+                                              o.samples, o.seed, !o.json, niah_digits(o.digits, lm.run));
     nlohmann::json j = scores_json(s, lm.model->config(), o.threshold, o.min_kept);
     const std::string name = fs::path(lm.ckpt_dir).filename().string();
     long step = name.rfind("step_", 0) == 0 ? std::stol(name.substr(5)) : 0;
@@ -263,6 +264,7 @@ Command register_probe(CLI::App& app) {
   a->add_option("--depths", rf->depths, "NIAH depths")->delimiter(',')->capture_default_str();
   a->add_option("--samples", rf->samples, "NIAH samples per cell")->capture_default_str();
   a->add_option("--haystack", rf->haystack, "noise | corpus")->capture_default_str();
+  add_niah_digits_flag(a, &rf->digits);
   a->add_option("--max-tokens", rf->max_tokens, "validation tokens for the loss")->capture_default_str();
   a->add_option("--data", rf->data, "dataset (default: the run's)");
   a->add_option("--plot", rf->plot, "loss by position per restriction (SVG)");
@@ -279,6 +281,7 @@ Command register_probe(CLI::App& app) {
   b->add_option("--threshold", rh->threshold, "score above which a head is a retrieval head")->capture_default_str();
   b->add_option("--min-kept", rh->min_kept, "kept tests needed before heads are named")->capture_default_str();
   b->add_option("--haystack", rh->haystack, "noise | corpus")->capture_default_str();
+  add_niah_digits_flag(b, &rh->digits);
   b->add_option("--seed", rh->seed, "needle seed")->capture_default_str();
   b->add_option("--data", rh->data, "dataset (default: the run's)");
   b->add_option("--plot", rh->plot, "layer x head heatmap, or heads over steps with --over-checkpoints (SVG)");

@@ -27,7 +27,7 @@ Command register_train(CLI::App& app) {
     std::string data = "default", tokenizer, out;
     bool resume = false, json = false, check_numerics = false, quiet = false;
     TrainConfig t;
-    int threads = 0;
+    int threads = 0, niah_digits = 7;
     double mix_niah = 0;
     std::string mix_haystack = "corpus";
     std::vector<std::string> evals;
@@ -64,6 +64,7 @@ Command register_train(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--mix-haystack", o->mix_haystack, "haystack of mixed-in NIAH rows: corpus | noise")
       ->capture_default_str();
+  add_niah_digits_flag(sub, &o->niah_digits);
   sub->add_option("--eval", o->evals, "extra evaluations at each eval step: longppl, niah")->delimiter(',');
   sub->add_flag("--resume", o->resume, "continue the run in --out from its latest checkpoint");
   sub->add_flag("--json", o->json, "print a JSON summary on stdout");
@@ -83,6 +84,7 @@ Command register_train(CLI::App& app) {
             if (t.batch < 1) fail("--batch must be >= 1, got {}", t.batch);
             if (t.seq_len < 2) fail("--seq-len must be >= 2, got {}", t.seq_len);
             if (o->resume && o->out.empty()) fail("--resume needs --out (the run folder to continue)");
+            int digits = niah_digits(o->niah_digits, nlohmann::json::object());  // validates the flag; 7 when unset
 
             std::string ckpt;
             nlohmann::json run = nlohmann::json::object();
@@ -108,6 +110,7 @@ Command register_train(CLI::App& app) {
                 t.adamw.grad_clip = rt.value("grad_clip", t.adamw.grad_clip);
                 o->mix_niah = rt.value("mix_niah", o->mix_niah);
                 o->mix_haystack = rt.value("mix_haystack", o->mix_haystack);
+                digits = rt.value("niah_digits", 7);  // runs from before the flag used 7
               }
               if (o->model.given()) fmt::print(stderr, "note: --resume uses the checkpoint's model config; "
                                                        "--preset/--config/--set are ignored\n");
@@ -151,7 +154,8 @@ Command register_train(CLI::App& app) {
               run["data"] = data_spec;
               run["dataset_dir"] = ds.dir;
               run["tokenizer"] = ds.tokenizer_spec;
-              run["train"] = {{"mix_niah", o->mix_niah}, {"mix_haystack", o->mix_haystack}, {"steps", t.steps}, {"batch", t.batch}, {"seq_len", t.seq_len},
+              run["train"] = {{"mix_niah", o->mix_niah}, {"mix_haystack", o->mix_haystack},
+                              {"niah_digits", digits}, {"steps", t.steps}, {"batch", t.batch}, {"seq_len", t.seq_len},
                               {"grad_accum", t.grad_accum}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
                               {"warmup", t.schedule.warmup}, {"decay_fraction", t.schedule.decay_fraction},
                               {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.adamw.grad_clip},
@@ -166,7 +170,8 @@ Command register_train(CLI::App& app) {
               if (o->mix_haystack == "noise") mix_hay = std::make_unique<Haystack>(*tok);
               else if (o->mix_haystack == "corpus") mix_hay = std::make_unique<Haystack>(train_shard, *tok);
               else fail("--mix-haystack must be corpus or noise, got '{}'", o->mix_haystack);
-              mixed = std::make_unique<NiahMixStream>(train, *tok, *mix_hay, o->mix_niah, t.seed ^ 0x5eedULL);
+              mixed = std::make_unique<NiahMixStream>(train, *tok, *mix_hay, o->mix_niah, t.seed ^ 0x5eedULL,
+                                                       digits);
             }
             Trainer trainer(model, t, mixed ? static_cast<BatchStream&>(*mixed) : train, &val);
             // Extra evaluations logged with each validation row (scaling fits read them from metrics.jsonl).
@@ -199,6 +204,7 @@ Command register_train(CLI::App& app) {
                   nc.lengths = {t.seq_len};
                   nc.depths = {0.1, 0.5, 0.9};
                   nc.samples = 2;
+                  nc.value_digits = digits;
                   nc.progress = false;
                   extra["niah_accuracy"] = run_niah_grid(m, *tok, *noise, nc)["mean"];
                 }

@@ -74,7 +74,7 @@ int value_tokens_recalled(const std::vector<int32_t>& generated, const std::vect
 
 RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, const Haystack& hay,
                                       const std::vector<i64>& lengths, const std::vector<double>& depths, int samples,
-                                      std::uint64_t seed, bool progress) {
+                                      std::uint64_t seed, bool progress, int value_digits) {
   const i64 NL = model.config().n_layers, V = model.config().vocab_size;
   RetrievalScores r;
   std::vector<AttentionMixer*> attn(static_cast<size_t>(NL), nullptr);
@@ -95,7 +95,7 @@ RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, 
   for (i64 L : lengths)
     for (double d : depths)
       for (int s = 0; s < samples; ++s) {
-        NiahCase c = make_niah_case(tok, hay, L, d, rng);
+        NiahCase c = make_niah_case(tok, hay, L, d, rng, value_digits);
         const i64 P = static_cast<i64>(c.prompt.size());
         DecodeState st = model.new_decode_state(1, P + c.max_new_tokens + 1);
         if (P > 1) model.prefill(c.prompt.data(), 1, P - 1, st, nullptr);

@@ -39,7 +39,7 @@ int value_tokens_recalled(const std::vector<int32_t>& generated, const std::vect
 
 RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, const Haystack& hay,
                                       const std::vector<i64>& lengths, const std::vector<double>& depths, int samples,
-                                      std::uint64_t seed, bool progress);
+                                      std::uint64_t seed, bool progress, int value_digits = 7);
 
 // The attention of one head of one attention layer while the model reads `tokens` (B = 1, token by token):
 // probs[i][j] = weight of query i on key j (0 for j > i or outside the window).
