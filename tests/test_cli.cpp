@@ -161,7 +161,7 @@ TEST(Cli, CtrlCSavesACheckpointAndExits) {
     execl("/bin/sh", "sh", "-c", ("exec " + cmd + " 2>/dev/null").c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Wait until training has started (run.json is written just before the loop), then interrupt.
+  // Wait until run.json exists (the Ctrl-C handler is installed before it is written), then interrupt.
   for (int i = 0; i < 300 && !fs::exists(out / "run.json"); ++i) usleep(50000);
   usleep(500000);
   ::kill(pid, SIGINT);

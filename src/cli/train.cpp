@@ -148,6 +148,10 @@ Command register_train(CLI::App& app) {
             vo.mode = data::SampleMode::kSequential;
             ShardBatchStream val(val_shard, vo);
 
+            // From here on Ctrl-C is caught: the loop saves after the step in progress (or after the first step when
+            // it comes during the rest of the setup) and exits with 130. Installed before run.json is written, so a
+            // run folder with run.json always has the handler in place.
+            install_interrupt_handler();
             if (!o->out.empty()) {
               fs::create_directories(o->out);
               write_file_atomic((fs::path(o->out) / "config.json").string(), cfg.to_json().dump(2) + "\n");
@@ -222,7 +226,6 @@ Command register_train(CLI::App& app) {
                          cfg.n_layers, cfg.layer_pattern(), cfg.d_model, model.num_params() / 1e6, ds.dir,
                          train_shard->n_tokens(), ds.vocab_size);
             }
-            install_interrupt_handler();
             TrainResult r = trainer.run();
             if (o->json) {
               print_json({{"steps", r.steps}, {"tokens", r.tokens}, {"first_val_loss", r.first_val_loss},
