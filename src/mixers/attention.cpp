@@ -94,23 +94,10 @@ FlopCount AttentionMixer::flops_per_token(i64 T) const {
 
 const ops::RopeTable& AttentionMixer::rope_rows(i64 pos0, i64 n) {
   if (pos0 + n <= rope_tab_.max_pos) return rope_tab_;
-  // Past the training length: rows for positions pos0 .. pos0+n-1 only, with ops::RopeTable's angles
-  // (double, then rounded), so decoding memory does not grow with the context.
-  const i64 half = hd_ / 2;
-  auto& t = rope_rows_;
-  t.max_pos = n;
-  t.head_dim = hd_;
-  t.cos.resize(static_cast<size_t>(n * half));
-  t.sin.resize(static_cast<size_t>(n * half));
-  for (i64 m = 0; m < half; ++m) {
-    const double inv_freq = std::pow(rope_theta_, -2.0 * static_cast<double>(m) / static_cast<double>(hd_));
-    for (i64 p = 0; p < n; ++p) {
-      const double a = static_cast<double>(pos0 + p) * inv_freq;
-      t.cos[p * half + m] = static_cast<float>(std::cos(a));
-      t.sin[p * half + m] = static_cast<float>(std::sin(a));
-    }
-  }
-  return t;
+  // Past the training length: rows for positions pos0 .. pos0+n-1 only, so decoding memory does not grow
+  // with the context.
+  rope_rows_.fill(pos0, n, hd_, rope_theta_);
+  return rope_rows_;
 }
 
 void AttentionMixer::norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, i64 pos0, int32_t* pos_buf) {

@@ -7,17 +7,22 @@
 
 namespace hlm::ops {
 
-RopeTable::RopeTable(i64 max_pos_, i64 head_dim_, double theta) : max_pos(max_pos_), head_dim(head_dim_) {
-  HLM_CHECK(max_pos > 0 && head_dim > 0 && head_dim % 2 == 0 && theta > 0,
-            "RopeTable: bad arguments max_pos={} head_dim={} (must be even) theta={}", max_pos, head_dim, theta);
+RopeTable::RopeTable(i64 max_pos_, i64 head_dim_, double theta) { fill(0, max_pos_, head_dim_, theta); }
+
+void RopeTable::fill(i64 first_pos, i64 n, i64 head_dim_, double theta) {
+  HLM_CHECK(n > 0 && first_pos >= 0 && head_dim_ > 0 && head_dim_ % 2 == 0 && theta > 0,
+            "RopeTable: bad arguments rows={} first_pos={} head_dim={} (must be even) theta={}", n, first_pos,
+            head_dim_, theta);
+  max_pos = n;
+  head_dim = head_dim_;
   const i64 half = head_dim / 2;
-  cos.resize(max_pos * half);
-  sin.resize(max_pos * half);
+  cos.resize(n * half);
+  sin.resize(n * half);
   for (i64 m = 0; m < half; ++m) {
     // Angles in double: p * inv_freq loses digits in fp32 at large p (p ~ 1e5 gives ~1e-2 rad error).
     const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(m) / static_cast<double>(head_dim));
-    for (i64 p = 0; p < max_pos; ++p) {
-      const double a = static_cast<double>(p) * inv_freq;
+    for (i64 p = 0; p < n; ++p) {
+      const double a = static_cast<double>(first_pos + p) * inv_freq;
       cos[p * half + m] = static_cast<float>(std::cos(a));
       sin[p * half + m] = static_cast<float>(std::sin(a));
     }

@@ -9,9 +9,11 @@ namespace hlm::ops {
 
 struct RopeTable {
   i64 max_pos = 0, head_dim = 0;
-  std::vector<float> cos, sin;  // [max_pos, head_dim/2]
+  std::vector<float> cos, sin;  // [max_pos, head_dim/2]; max_pos = number of rows
   RopeTable() = default;
   RopeTable(i64 max_pos, i64 head_dim, double theta);
+  // Rows for positions first_pos .. first_pos+n-1 (row r is position first_pos + r); reuses the storage.
+  void fill(i64 first_pos, i64 n, i64 head_dim, double theta);
 };
 
 // In place on x laid out [B, T, H, hd] where token (b,t) starts at x + (b*T + t) * row_stride and head h
