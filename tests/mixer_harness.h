@@ -168,6 +168,20 @@ inline std::vector<float> expect_packed_equals_separate(MixerRig& rig, const std
   return y;
 }
 
+// Token-by-token decoding and prefill in pieces (ending at each of `cuts`, then T) reproduce the forward
+// output y (within relative `tol`); used with a max span set, so pieces start on and off span boundaries.
+inline void expect_decode_and_pieces_equal_forward(MixerRig& rig, const std::vector<float>& x, i64 B, i64 T,
+                                                   const std::vector<float>& y, const std::vector<i64>& cuts,
+                                                   double tol) {
+  EXPECT_TRUE(close_rel(rig.decode(x, B, T), y, tol, "span decode"));
+  auto st = rig.m->new_state(B, T);
+  std::vector<float> out = nan_vec(x.size());
+  i64 t0 = 0;
+  for (i64 t1 : cuts) rig.prefill(x, out, B, T, *st, t0, t1), t0 = t1;
+  rig.prefill(x, out, B, T, *st, t0, T);
+  EXPECT_TRUE(close_rel(out, y, tol, "span prefill"));
+}
+
 // Richardson-extrapolated central difference of a float function: O(h^4) truncation, fp32 round-off
 // dominates (the pattern of tests/test_model.cpp).
 inline double richardson(float& w, const std::function<double()>& loss, float h) {

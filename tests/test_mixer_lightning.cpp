@@ -201,14 +201,7 @@ TEST(LightningMixer, MaxSpanResetsTheStateEverySpanTokens) {
   const auto ref = reference(rig, rig.params_d(), to_double(x), B, T, nullptr, span, lm(rig).slopes());
   EXPECT_TRUE(close_rel(y, ref, 2e-6, "span forward"));
   EXPECT_FALSE(close_rel(y_full, ref, 1e-3, "span has an effect"));
-  EXPECT_TRUE(close_rel(rig.decode(x, B, T), y, 2e-6, "span decode"));
-  // Prefill pieces that start on and off a span boundary.
-  auto st = rig.m->new_state(B, T);
-  std::vector<float> out = nan_vec(x.size());
-  rig.prefill(x, out, B, T, *st, 0, 14);
-  rig.prefill(x, out, B, T, *st, 14, 30);
-  rig.prefill(x, out, B, T, *st, 30, T);
-  EXPECT_TRUE(close_rel(out, y, 2e-6, "span prefill"));
+  expect_decode_and_pieces_equal_forward(rig, x, B, T, y, {14, 30}, 2e-6);  // on and off span boundaries
 }
 
 TEST(LightningMixer, FlopsAndMemoryBoundsAreHonest) {
