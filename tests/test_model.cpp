@@ -276,6 +276,59 @@ TEST(Config, InitScaleScalesTheNormalWeightsOnly) {
   EXPECT_THROW(resolve_config("", "", {"init_scale=0"}), Error);
 }
 
+// layer_types.{M,G}.a_init_range / dt_init_range set the draws of A_log and dt_bias and nothing else.
+TEST(Config, DecayInitRangesSetALogAndDtBiasOnly) {
+  ModelConfig a = tiny("SMGF");
+  json j = a.to_json();
+  EXPECT_FALSE(j["layer_types"]["M"].contains("a_init_range"));  // defaults are not written
+  EXPECT_FALSE(j["layer_types"]["G"].contains("dt_init_range"));
+  for (const char* t : {"M", "G"}) {
+    j["layer_types"][t]["a_init_range"] = {0.5, 0.5};
+    j["layer_types"][t]["dt_init_range"] = {0.2, 0.2};
+  }
+  const ModelConfig b = ModelConfig::from_json(j, "test");
+  EXPECT_EQ(b.type('M').a_init_range, (std::array<double, 2>{0.5, 0.5}));
+  EXPECT_EQ(ModelConfig::from_json(b.to_json(), "round trip").type('G').dt_init_range, (std::array<double, 2>{0.2, 0.2}));
+  EXPECT_EQ(a.type('M').a_init_range, (std::array<double, 2>{1, 16}));  // mamba_ssm
+  EXPECT_EQ(a.type('G').a_init_range, (std::array<double, 2>{0, 16}));  // fla GDN
+  EXPECT_EQ(a.type('G').dt_init_range, (std::array<double, 2>{1e-3, 0.1}));
+  Model ma(a), mb(b);
+  ma.init(7);
+  mb.init(7);
+  const double dt_bias = 0.2 + std::log(-std::expm1(-0.2));  // softplus^-1(0.2)
+  int alog = 0, dtb = 0;
+  for (const auto& p : ma.registry().all()) {
+    const bool is_alog = p.name.ends_with("A_log"), is_dtb = p.name.ends_with("dt_bias");
+    for (i64 i = 0; i < p.shape.numel(); ++i) {
+      const float x = ma.params()[p.offset + i], y = mb.params()[p.offset + i];
+      if (is_alog) {
+        EXPECT_FLOAT_EQ(y, std::log(0.5f)) << p.name;
+        EXPECT_NE(x, y) << p.name;
+        ++alog;
+      } else if (is_dtb) {
+        EXPECT_NEAR(y, dt_bias, 1e-6) << p.name;
+        ++dtb;
+      } else {
+        ASSERT_EQ(y, x) << p.name;
+      }
+    }
+  }
+  EXPECT_EQ(alog, 2 * 32 / 8 + 4);  // one M layer (d_inner / head_dim heads), one G layer (n_heads)
+  EXPECT_EQ(dtb, alog);
+  for (const char* bad : {"layer_types.S.a_init_range=[1,2]", "layer_types.M.a_init_range=[2,1]",
+                          "layer_types.G.dt_init_range=[0,0.1]", "layer_types.M.dt_init_range=0.1",
+                          "layer_types.G.a_init_range=[-1,1]"}) {
+    try {
+      resolve_config("mamba2", "", {bad});
+      ADD_FAILURE() << bad << ": no error";
+    } catch (const Error& e) {
+      const std::string key = std::string(bad).substr(0, std::string(bad).find('='));
+      const std::string field = key.substr(key.rfind('.') + 1);
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Model, FlopsAreCountedPerLayerType) {
   auto full = Model(resolve_config("full", "", {})).flops(1024);
   auto swa = Model(resolve_config("swa128-nope", "", {})).flops(1024);

@@ -126,6 +126,8 @@ GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamR
   const auto& t = cfg.layer_type(layer);
   D_ = cfg.d_model;
   H_ = t.n_heads;
+  a_range_ = t.a_init_range;
+  dt_range_ = t.dt_init_range;
   K_ = t.head_dim;
   chunk_ = cfg.chunk_size;
   HLM_CHECK(H_ >= 1 && K_ >= 1 && chunk_ >= 1, "GatedDeltaNetMixer: layer {} needs n_heads, head_dim, chunk_size >= 1 "
@@ -152,12 +154,13 @@ GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamR
 
 void GatedDeltaNetMixer::init_custom(Rng& rng) {
   // fla: A ~ U[0, 16] (kept away from 0 for the log), A_log = ln A; dt ~ exp(U[ln 1e-3, ln 0.1]) floored at
-  // 1e-4, dt_bias = softplus^-1(dt). The bound buffer is the model's writable store.
+  // 1e-4, dt_bias = softplus^-1(dt) (the ranges are layer_types.G.a_init_range / dt_init_range). The bound
+  // buffer is the model's writable store.
   float* alog = const_cast<float*>(P(off_alog_));
   float* dtb = const_cast<float*>(P(off_dtb_));
-  for (i64 h = 0; h < H_; ++h) alog[h] = static_cast<float>(std::log(std::max(rng.uniform(0.0, 16.0), 1e-4)));
+  for (i64 h = 0; h < H_; ++h) alog[h] = static_cast<float>(std::log(std::max(rng.uniform(a_range_[0], a_range_[1]), 1e-4)));
   for (i64 h = 0; h < H_; ++h) {
-    const double dt = std::max(std::exp(rng.uniform(std::log(1e-3), std::log(0.1))), 1e-4);
+    const double dt = std::max(std::exp(rng.uniform(std::log(dt_range_[0]), std::log(dt_range_[1]))), 1e-4);
     dtb[h] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
   }
 }

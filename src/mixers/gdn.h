@@ -34,6 +34,7 @@ class GatedDeltaNetMixer final : public Mixer {
   static constexpr float kL2Eps = 1e-6f;     // q, k L2 norm
   static constexpr float kNormEps = 1e-5f;   // o_norm
   i64 D_, H_, K_, chunk_;
+  std::array<double, 2> a_range_, dt_range_;  // init ranges of A and dt (layer_types.G)
   i64 off_w_, off_conv_, off_alog_, off_dtb_, off_onorm_, off_wo_;
   i64 HK() const { return H_ * K_; }
   i64 Wp() const { return 4 * H_ * K_ + 2 * H_; }  // fused projection width: q | k | v | gp | b | a

@@ -38,6 +38,8 @@ Mamba2Mixer::Mamba2Mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) 
   P_ = t.head_dim;
   N_ = cfg.mamba_d_state;
   chunk_ = cfg.chunk_size;
+  a_range_ = t.a_init_range;
+  dt_range_ = t.dt_init_range;
   HLM_CHECK(P_ >= 1 && di_ % P_ == 0 && N_ >= 1 && chunk_ >= 1,
             "mamba2: layer {}: d_inner {} must be a multiple of head_dim {}; d_state {} and chunk_size {} >= 1", layer,
             di_, P_, N_, chunk_);
@@ -62,15 +64,16 @@ std::vector<float> Mamba2Mixer::decay_rates() const {
 }
 
 void Mamba2Mixer::init_custom(Rng& rng) {
-  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]) floored at 1e-4, dt_bias = softplus^-1(dt); A ~ U[1, 16].
+  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]) floored at 1e-4, dt_bias = softplus^-1(dt); A ~ U[1, 16]
+  // (the ranges are layer_types.M.dt_init_range / a_init_range).
   // The bound buffer is the model's writable parameter store; the base class only hands out const views.
   float* dtb = const_cast<float*>(P(off_dtb_));
   float* alog = const_cast<float*>(P(off_alog_));
   for (i64 h = 0; h < nh_; ++h) {
-    const double dt = std::max(std::exp(rng.uniform(std::log(1e-3), std::log(0.1))), 1e-4);
+    const double dt = std::max(std::exp(rng.uniform(std::log(dt_range_[0]), std::log(dt_range_[1]))), 1e-4);
     dtb[h] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
   }
-  for (i64 h = 0; h < nh_; ++h) alog[h] = static_cast<float>(std::log(rng.uniform(1.0, 16.0)));
+  for (i64 h = 0; h < nh_; ++h) alog[h] = static_cast<float>(std::log(std::max(rng.uniform(a_range_[0], a_range_[1]), 1e-4)));
 }
 
 i64 Mamba2Mixer::saved_floats(i64 B, i64 T) const {

@@ -34,6 +34,7 @@ class Mamba2Mixer final : public Mixer {
   static constexpr i64 kConv = 4;  // conv width
   static constexpr float kNormEps = 1e-5f;
   i64 D_, di_, P_, nh_, N_, chunk_;
+  std::array<double, 2> a_range_, dt_range_;  // init ranges of A and dt (layer_types.M)
   i64 off_in_, off_convw_, off_convb_, off_dtb_, off_alog_, off_D_, off_norm_, off_out_;
   i64 Win() const { return 2 * di_ + 2 * N_ + nh_; }  // in_proj rows: z | x | B | C | dt
   i64 Cc() const { return di_ + 2 * N_; }              // conv channels: x | B | C

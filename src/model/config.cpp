@@ -13,7 +13,15 @@ const std::set<std::string> kTopKeys = {
     "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab_size", "max_seq_len",
     "pattern", "window", "rope_theta", "norm_eps", "init_scale", "chunk_size", "mamba_d_state", "mamba_expand",
     "layer_types"};
-const std::set<std::string> kTypeKeys = {"rope", "window", "n_heads", "n_kv_heads", "head_dim", "qk_norm"};
+const std::set<std::string> kTypeKeys = {"rope", "window", "n_heads", "n_kv_heads",
+                                         "head_dim", "qk_norm", "a_init_range", "dt_init_range"};
+
+// Defaults of the M / G decay and step-size init ranges (algorithms.md: mamba_ssm A_init_range (1, 16),
+// fla GDN A ~ U[0, 16]; dt_min 1e-3, dt_max 0.1 for both).
+std::array<double, 2> default_a_init_range(char ch) {
+  return ch == 'M' ? std::array<double, 2>{1, 16} : std::array<double, 2>{0, 16};
+}
+constexpr std::array<double, 2> kDefaultDtInitRange{1e-3, 0.1};
 
 i64 get_int(const json& j, const char* key, i64 def, const std::string& src, i64 min_value = 1) {
   if (!j.contains(key)) return def;
@@ -29,6 +37,18 @@ double get_num(const json& j, const char* key, double def, const std::string& sr
   const json& v = j.at(key);
   if (!v.is_number()) fail("{}: field '{}' must be a number, got {}", src, key, v.dump());
   return v.get<double>();
+}
+// [lo, hi] with min_lo <= lo <= hi (min_lo excluded when strictly is set).
+std::array<double, 2> get_range(const json& j, const char* key, std::array<double, 2> def, const std::string& src,
+                                double min_lo, bool strictly) {
+  if (!j.contains(key)) return def;
+  const json& v = j.at(key);
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number())
+    fail("{}: field '{}' must be a pair of numbers [lo, hi], got {}", src, key, v.dump());
+  const std::array<double, 2> r{v[0].get<double>(), v[1].get<double>()};
+  if (r[0] < min_lo || (strictly && r[0] == min_lo) || r[1] < r[0])
+    fail("{}: field '{}' needs {} {} lo <= hi, got {}", src, key, min_lo, strictly ? "<" : "<=", v.dump());
+  return r;
 }
 bool get_bool(const json& j, const char* key, bool def, const std::string& src) {
   if (!j.contains(key)) return def;
@@ -107,6 +127,12 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     o.window = ch == 'S' ? get_int(t, "window", c.window, tsrc) : 0;
     if (ch != 'S' && t.contains("window"))
       fail("{}: 'layer_types.{}.window' is only meaningful for S (sliding window) layers", src, ch);
+    for (const char* k : {"a_init_range", "dt_init_range"})
+      if (ch != 'M' && ch != 'G' && t.contains(k))
+        fail("{}: 'layer_types.{}.{}' is only meaningful for M (Mamba-2) and G (Gated DeltaNet) layers", src, ch, k);
+    const std::string rsrc = fmt::format("{}: layer_types.{}", src, ch);
+    o.a_init_range = get_range(t, "a_init_range", default_a_init_range(ch), rsrc, 0, false);
+    o.dt_init_range = get_range(t, "dt_init_range", kDefaultDtInitRange, rsrc, 0, true);
     if (o.n_heads % o.n_kv_heads != 0)
       fail("{}: layer_types.{}: n_heads ({}) must be a multiple of n_kv_heads ({})", src, ch, o.n_heads,
            o.n_kv_heads);
@@ -132,6 +158,9 @@ json ModelConfig::to_json() const {
     json t = {{"rope", o.rope}, {"n_heads", o.n_heads}, {"n_kv_heads", o.n_kv_heads}, {"head_dim", o.head_dim},
               {"qk_norm", o.qk_norm}};
     if (ch == 'S') t["window"] = o.window;
+    // Only when changed: config files written before these keys existed stay byte-identical.
+    if ((ch == 'M' || ch == 'G') && o.a_init_range != default_a_init_range(ch)) t["a_init_range"] = o.a_init_range;
+    if ((ch == 'M' || ch == 'G') && o.dt_init_range != kDefaultDtInitRange) t["dt_init_range"] = o.dt_init_range;
     lt[std::string(1, ch)] = t;
   }
   j["layer_types"] = lt;
