@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -170,4 +172,28 @@ TEST(Cli, CtrlCSavesACheckpointAndExits) {
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 130);
   EXPECT_TRUE(fs::exists(out / "latest"));
+}
+
+// hybridlm recall: trains the small recall model on MQAR, prints one line per curve point, writes the JSON
+// result; bad task sizes and config keys are one-line errors. ~1 s.
+TEST(Cli, RecallTrainsAndWritesItsCurve) {
+  const fs::path out = tmp_root() / "recall.json";
+  Result r = run("recall --pattern SL --steps 40 --eval-every 20 --eval-rows 64 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("step     20  accuracy"), std::string::npos) << r.out;
+  std::ifstream f(out);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  ASSERT_EQ(j.at("curve").size(), 3u);
+  EXPECT_EQ(j["curve"][0]["step"], 0);
+  EXPECT_EQ(j["curve"][2]["step"], 40);
+  EXPECT_EQ(j["accuracy"], j["curve"][2]["accuracy"]);
+  EXPECT_GE(j["accuracy"].get<double>(), 0.0);
+  EXPECT_LE(j["accuracy"].get<double>(), 1.0);
+  EXPECT_EQ(j["model"]["pattern"], "SL");
+  EXPECT_EQ(j["model"]["vocab_size"], 128);
+  EXPECT_DOUBLE_EQ(j["chance"].get<double>(), 1.0 / 64);
+  EXPECT_EQ(j["task"]["num_kv_pairs"], 8);
+  expect_error(run("recall --kv-pairs 40"), "seq_len");
+  expect_error(run("recall --pattern SQ"), "unknown layer letter 'Q'");
+  expect_error(run("recall --pattern SM --set layer_types.S.a_init_range=[1,2]"), "a_init_range");
 }

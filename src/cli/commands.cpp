@@ -12,6 +12,7 @@ std::vector<Command> all_commands(CLI::App& app) {
   cmds.push_back(register_tokenizer(app));
   cmds.push_back(register_scaling(app));
   cmds.push_back(register_sweep(app));
+  cmds.push_back(register_recall(app));
   return cmds;
 }
 

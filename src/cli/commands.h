@@ -23,5 +23,6 @@ Command register_probe(CLI::App& app);
 Command register_tokenizer(CLI::App& app);
 Command register_scaling(CLI::App& app);
 Command register_sweep(CLI::App& app);
+Command register_recall(CLI::App& app);
 
 }  // namespace hlm::cli
