@@ -1,8 +1,9 @@
 // MQAR (associative recall, src/data/mqar.*, src/eval/recall.*): the generator's format and determinism, and
 // the task doing its job. Tiny 1- and 2-layer models (eval/recall.h's recall model: d_model 64, init_scale 3)
 // are trained in the test on one thread: a model whose Lightning, Mamba-2 or Gated DeltaNet layer carries the
-// pairs across the gap learns 8-pair recall in seconds, while a purely local model (two window-4 SWA layers)
-// stays at chance. Mamba-2 and GDN need a long-memory init of their decay for that (docs/mixers.md "Recall").
+// pairs across the gap learns 8-pair recall in 5-40 s, while a purely local model (two window-4 SWA layers)
+// stays at chance. Mamba-2 and GDN need a long-memory init of their decay for that, and a GDN layer below another
+// layer a lower learning rate (docs/mixers.md "Recall").
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -34,16 +35,17 @@ const std::vector<std::string> kLongMemory = {
     "layer_types.M.a_init_range=[0.01,0.05]", "layer_types.M.dt_init_range=[0.1,0.3]",
     "layer_types.G.a_init_range=[0.01,0.05]", "layer_types.G.dt_init_range=[0.1,0.3]"};
 
-// Trains `pattern` (eval/recall.h's small model, plus `overrides`) for `steps` steps of 32 rows at lr 3e-3 and
+// Trains `pattern` (eval/recall.h's small model, plus `overrides`) for `steps` steps of 32 rows at `lr` and
 // checks the recall accuracy on 256 held-out rows against `bound` (above or below), recording accuracy and time.
 // One thread: at this size (2048 tokens x d 64 per step) the work per parallel region is tiny, and on a shared,
 // oversubscribed machine every OpenMP barrier can cost a scheduler time slice (measured: the same 400 steps took
 // 56 s with 2 threads under load, 6 s with 1).
 void expect_recall(const std::string& pattern, long steps, i64 kv_pairs, double bound, bool above,
-                   const std::vector<std::string>& overrides = {}) {
+                   const std::vector<std::string>& overrides = {}, double lr = 3e-3) {
   RecallOptions o;
   o.task = task(kv_pairs);
   o.steps = steps;
+  o.lr = lr;
   json j = recall_model_json(pattern, o.task);
   for (const auto& s : overrides) apply_override(j, s);
   Model m(ModelConfig::from_json(j, "recall test"));
@@ -150,13 +152,15 @@ TEST(Recall, LightningHybridLearnsMqar) { expect_recall("SL", 400, 8, 0.9, true)
 TEST(Recall, Mamba2HybridLearnsMqarWithLongMemoryInit) { expect_recall("SM", 1000, 8, 0.9, true, kLongMemory); }
 
 // A single Gated DeltaNet layer (its short conv binds each value to its key, its delta-rule state holds the pairs):
-// 0.98 after 750 steps for init seeds 1 and 3 (8 s). Below SWA (SG) it learns far more slowly: see the disabled
-// target at the end.
+// 0.98 after 750 steps for init seeds 1 and 3 (8 s).
 TEST(Recall, GatedDeltaNetLearnsMqarWithLongMemoryInit) { expect_recall("G", 1000, 8, 0.9, true, kLongMemory); }
 
-// SG with the default init on the easier 4-pair task (same length and vocabulary, so the gaps are as long): well
-// above chance (1/64) where the window-4 control trained identically is not (SG 0.13-0.17, SS 0.03-0.04).
-TEST(Recall, GatedDeltaNetHybridBeatsChanceOnFourPairs) { expect_recall("SG", 400, 4, 0.08, true); }
+// Below a SWA layer the G layer needs a lower learning rate: at 3e-3 SG sits on the "which 8 values are in the
+// row" plateau (~0.12) for 2000+ steps; at 1e-3 it leaves it after 1000-2000 steps (init seed 1: 0.94 after 2000,
+// 0.99 after 2500; seed 2: 0.98 after 1500; seed 3: 0.99 after 1500). ~40 s.
+TEST(Recall, GatedDeltaNetHybridLearnsMqarWithLongMemoryInit) {
+  expect_recall("SG", 2500, 8, 0.9, true, kLongMemory, 1e-3);
+}
 
 // The presets' kinds of hybrid (efficient layer + full attention, as `mamba2` = MMMF and `gdn` = GGGF) with the
 // presets' default init: here the full-attention layer looks up the key and the M / G layer below it must bind
@@ -168,13 +172,3 @@ TEST(Recall, Mamba2PlusFullAttentionHybridLearnsMqar) { expect_recall("MF", 400,
 TEST(Recall, GatedDeltaNetPlusFullAttentionHybridLearnsMqar) { expect_recall("GF", 1000, 8, 0.9, true); }
 
 TEST(Recall, LocalOnlyModelStaysNearChance) { expect_recall("SS", 400, 8, 0.1, false); }
-
-TEST(Recall, LocalOnlyModelStaysNearChanceOnFourPairs) { expect_recall("SS", 400, 4, 0.06, false); }
-
-// Disabled target: SG above 0.9 on 8 pairs. A GDN layer alone learns it (above), below a window-4 SWA layer it
-// stalls at the "which 8 values are in the row" plateau (~0.1): SG 0.14 after 1500 steps with the long-memory
-// init, 0.13 also with window 1 (so not the SWA's mixing but the extra layer), 0.04 with init_scale 1, 0.02 with
-// one 64-wide G head. Two G layers (GG) leave the plateau after ~2000 steps (1.00 at 3000). Earlier findings
-// (docs/mixers.md): the SiLU output gate and the delta rule slow the start most. Run with
-// --gtest_also_run_disabled_tests.
-TEST(Recall, DISABLED_GatedDeltaNetHybridLearnsMqar) { expect_recall("SG", 2000, 8, 0.9, true, kLongMemory); }
