@@ -174,26 +174,38 @@ TEST(Cli, CtrlCSavesACheckpointAndExits) {
   EXPECT_TRUE(fs::exists(out / "latest"));
 }
 
-// hybridlm recall: trains the small recall model on MQAR, prints one line per curve point, writes the JSON
-// result; bad task sizes and config keys are one-line errors. ~1 s.
-TEST(Cli, RecallTrainsAndWritesItsCurve) {
-  const fs::path out = tmp_root() / "recall.json";
-  Result r = run("recall --pattern SL --steps 40 --eval-every 20 --eval-rows 64 --out " + out.string());
+// hybridlm recall: trains the small recall model on MQAR (one per pattern), prints one line per curve point,
+// writes the JSON result and the chart; bad task sizes and config keys are one-line errors. ~1 s.
+TEST(Cli, RecallTrainsAndWritesItsCurves) {
+  const fs::path out = tmp_root() / "recall.json", svg = tmp_root() / "recall.svg";
+  Result r = run("recall --pattern SL,SM --steps 30 --eval-every 15 --eval-rows 64 --out " + out.string() +
+                 " --plot " + svg.string());
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("step     20  accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SL step     15  accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SM: accuracy"), std::string::npos) << r.out;
   std::ifstream f(out);
   const nlohmann::json j = nlohmann::json::parse(f);
-  ASSERT_EQ(j.at("curve").size(), 3u);
-  EXPECT_EQ(j["curve"][0]["step"], 0);
-  EXPECT_EQ(j["curve"][2]["step"], 40);
-  EXPECT_EQ(j["accuracy"], j["curve"][2]["accuracy"]);
-  EXPECT_GE(j["accuracy"].get<double>(), 0.0);
-  EXPECT_LE(j["accuracy"].get<double>(), 1.0);
-  EXPECT_EQ(j["model"]["pattern"], "SL");
-  EXPECT_EQ(j["model"]["vocab_size"], 128);
+  ASSERT_EQ(j.at("runs").size(), 2u);
+  for (const auto& run : j["runs"]) {
+    ASSERT_EQ(run.at("curve").size(), 3u);
+    EXPECT_EQ(run["curve"][0]["step"], 0);
+    EXPECT_EQ(run["curve"][2]["step"], 30);
+    EXPECT_EQ(run["accuracy"], run["curve"][2]["accuracy"]);
+    EXPECT_GE(run["accuracy"].get<double>(), 0.0);
+    EXPECT_LE(run["accuracy"].get<double>(), 1.0);
+    EXPECT_EQ(run["model"]["vocab_size"], 128);
+  }
+  EXPECT_EQ(j["runs"][0]["pattern"], "SL");
+  EXPECT_EQ(j["runs"][1]["model"]["pattern"], "SM");
   EXPECT_DOUBLE_EQ(j["chance"].get<double>(), 1.0 / 64);
   EXPECT_EQ(j["task"]["num_kv_pairs"], 8);
+  std::ifstream p(svg);
+  const std::string chart((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
+  EXPECT_NE(chart.find("<svg"), std::string::npos);
+  EXPECT_NE(chart.find("SM"), std::string::npos);
   expect_error(run("recall --kv-pairs 40"), "seq_len");
   expect_error(run("recall --pattern SQ"), "unknown layer letter 'Q'");
+  expect_error(run("recall --pattern SL,,SM"), "empty pattern");
+  expect_error(run("recall --preset gdn --pattern SG"), "--set pattern");
   expect_error(run("recall --pattern SM --set layer_types.S.a_init_range=[1,2]"), "a_init_range");
 }

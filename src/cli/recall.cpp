@@ -1,4 +1,5 @@
-// hybridlm recall: train a small model on MQAR associative recall from scratch and report recall accuracy.
+// hybridlm recall: train small models on MQAR associative recall from scratch and report recall accuracy
+// (a curve per model, JSON, an SVG chart).
 #include <omp.h>
 
 #include <memory>
@@ -6,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "eval/plot.h"
 #include "eval/recall.h"
 #include "train/checkpoint.h"
 
@@ -15,7 +17,7 @@ Command register_recall(CLI::App& app) {
   auto* sub = app.add_subcommand("recall", "train a small model on MQAR associative recall; accuracy curve");
   struct Opts {
     ModelFlags model;
-    std::string pattern = "SG", out;
+    std::string pattern = "SG", out, plot;
     RecallOptions r;
     std::uint64_t seed = 1;
     int threads = 1;
@@ -26,9 +28,11 @@ Command register_recall(CLI::App& app) {
   o->r.task.seq_len = 64;
   o->r.task.num_kv_pairs = 8;
   o->r.eval_every = 100;
-  sub->add_option("--pattern", o->pattern,
-                  "layer letters of the built-in small model (d_model 64, one layer per letter; docs/mixers.md)")
-      ->capture_default_str();
+  auto* pattern_opt =
+      sub->add_option("--pattern", o->pattern,
+                      "layer letters of the built-in small model (d_model 64, one layer per letter; docs/mixers.md); "
+                      "several, comma-separated (SL,SM,SG), train one model each")
+          ->capture_default_str();
   o->model.add(sub);
   sub->add_option("--kv-pairs", o->r.task.num_kv_pairs, "key-value pairs per row")->capture_default_str();
   sub->add_option("--seq-len", o->r.task.seq_len, "tokens per row")->capture_default_str();
@@ -49,47 +53,96 @@ Command register_recall(CLI::App& app) {
   sub->add_option("--threads", o->threads, "OpenMP threads (0 = all cores; 1 is fastest for the small model)")
       ->capture_default_str();
   sub->add_option("--out", o->out, "write the JSON result to this file");
+  sub->add_option("--plot", o->plot, "accuracy curves of every run as an SVG line chart");
   sub->add_flag("--json", o->json, "print the JSON result on stdout (else one line per curve point)");
-  return {sub, [o]() -> int {
+  return {sub, [o, pattern_opt]() -> int {
             apply_threads(o->threads);
             const data::MqarConfig& task = o->r.task;
             data::MqarGenerator check(task, 0);  // bad task sizes fail here, naming the field
-            nlohmann::json mj;
+            // One model per pattern of the built-in small model, or the one --preset / --config model.
+            std::vector<nlohmann::json> models;
             if (!o->model.preset.empty() || !o->model.config_file.empty()) {
-              mj = o->model.resolve().to_json();
+              if (pattern_opt->count() > 0)
+                fail("--pattern picks the built-in small model; with --preset/--config use --set pattern=...");
+              nlohmann::json mj = o->model.resolve().to_json();
               mj["vocab_size"] = task.vocab_size;
               mj["max_seq_len"] = std::max<i64>(mj["max_seq_len"].get<i64>(), task.seq_len);
+              models.push_back(mj);
             } else {
-              if (o->pattern.empty()) fail("--pattern must not be empty");
-              mj = recall_model_json(o->pattern, task);
-              for (const auto& s : o->model.overrides) apply_override(mj, s);
+              std::string rest = o->pattern;
+              while (true) {
+                const auto comma = rest.find(',');
+                const std::string pat = rest.substr(0, comma);
+                if (pat.empty()) fail("--pattern '{}': empty pattern (expected e.g. SG or SL,SM,SG)", o->pattern);
+                nlohmann::json mj = recall_model_json(pat, task);
+                for (const auto& s : o->model.overrides) apply_override(mj, s);
+                models.push_back(mj);
+                if (comma == std::string::npos) break;
+                rest = rest.substr(comma + 1);
+              }
             }
-            const ModelConfig cfg = ModelConfig::from_json(mj, "recall model");
-            if (cfg.vocab_size < task.vocab_size || cfg.max_seq_len < task.seq_len)
-              fail("recall model: vocab_size {} / max_seq_len {} must cover --task-vocab {} / --seq-len {}",
-                   cfg.vocab_size, cfg.max_seq_len, task.vocab_size, task.seq_len);
-            Model model(cfg);
-            model.init(o->seed);
-            if (!o->json)
-              fmt::print(stderr, "recall: {} ({} params), {} pairs in {} tokens, vocab {}, {} steps of {} rows\n",
-                         cfg.layer_pattern(), model.num_params(), task.num_kv_pairs, task.seq_len, task.vocab_size,
-                         o->r.steps, o->r.batch);
-            const RecallResult res = train_recall(model, o->r, [&](const RecallPoint& p) {
-              if (!o->json) fmt::print("step {:6d}  accuracy {:.3f}  ({:.1f} s)\n", p.step, p.accuracy, p.seconds);
-              std::fflush(stdout);
-            });
-            nlohmann::json j = res.to_json();
-            j["model"] = cfg.to_json();
-            j["task"] = {{"vocab_size", task.vocab_size}, {"seq_len", task.seq_len},
-                         {"num_kv_pairs", task.num_kv_pairs}, {"random_non_queries", task.random_non_queries}};
-            j["train"] = {{"steps", o->r.steps}, {"batch", o->r.batch}, {"lr", o->r.lr}, {"warmup", o->r.warmup},
-                          {"weight_decay", o->r.weight_decay}, {"seed", o->seed}, {"data_seed", o->r.data_seed},
-                          {"eval_rows", o->r.eval_rows}, {"threads", omp_get_max_threads()}};
-            j["chance"] = 1.0 / static_cast<double>(task.vocab_size - task.vocab_size / 2);
+            const double chance = 1.0 / static_cast<double>(task.vocab_size - task.vocab_size / 2);
+            nlohmann::json j = {
+                {"task",
+                 {{"vocab_size", task.vocab_size}, {"seq_len", task.seq_len}, {"num_kv_pairs", task.num_kv_pairs},
+                  {"random_non_queries", task.random_non_queries}}},
+                {"train",
+                 {{"steps", o->r.steps}, {"batch", o->r.batch}, {"lr", o->r.lr}, {"warmup", o->r.warmup},
+                  {"weight_decay", o->r.weight_decay}, {"seed", o->seed}, {"data_seed", o->r.data_seed},
+                  {"eval_rows", o->r.eval_rows}, {"threads", omp_get_max_threads()}}},
+                {"chance", chance},
+                {"runs", nlohmann::json::array()}};
+            std::vector<ModelConfig> cfgs;  // all validated before any training starts
+            for (const auto& mj : models) {
+              cfgs.push_back(ModelConfig::from_json(mj, "recall model"));
+              const ModelConfig& cfg = cfgs.back();
+              if (cfg.vocab_size < task.vocab_size || cfg.max_seq_len < task.seq_len)
+                fail("recall model: vocab_size {} / max_seq_len {} must cover --task-vocab {} / --seq-len {}",
+                     cfg.vocab_size, cfg.max_seq_len, task.vocab_size, task.seq_len);
+            }
+            LinePlot plot;
+            plot.title = fmt::format("MQAR recall: {} pairs in {} tokens, vocab {}", task.num_kv_pairs, task.seq_len,
+                                     task.vocab_size);
+            plot.xlabel = "training step";
+            plot.ylabel = "recall accuracy";
+            for (const ModelConfig& cfg : cfgs) {
+              Model model(cfg);
+              model.init(o->seed);
+              if (!o->json)
+                fmt::print(stderr, "recall: {} ({} params), {} pairs in {} tokens, vocab {}, {} steps of {} rows\n",
+                           cfg.layer_pattern(), model.num_params(), task.num_kv_pairs, task.seq_len,
+                           task.vocab_size, o->r.steps, o->r.batch);
+              const RecallResult res = train_recall(model, o->r, [&](const RecallPoint& p) {
+                if (!o->json)
+                  fmt::print("{} step {:6d}  accuracy {:.3f}  ({:.1f} s)\n", cfg.layer_pattern(), p.step, p.accuracy,
+                             p.seconds);
+                std::fflush(stdout);
+              });
+              nlohmann::json run = res.to_json();
+              run["pattern"] = cfg.layer_pattern();
+              run["model"] = cfg.to_json();
+              j["runs"].push_back(run);
+              Series sr;
+              sr.label = cfg.layer_pattern();
+              for (const auto& p : res.curve) {
+                sr.x.push_back(static_cast<double>(p.step));
+                sr.y.push_back(p.accuracy);
+              }
+              plot.series.push_back(sr);
+              if (!o->json)
+                fmt::print("{}: accuracy {:.3f} after {} steps ({:.1f} s training; chance {:.3f})\n",
+                           cfg.layer_pattern(), res.accuracy, o->r.steps, res.seconds, chance);
+            }
             if (!o->out.empty()) write_file_atomic(o->out, j.dump(2) + "\n");
+            if (!o->plot.empty()) {
+              Series c;
+              c.label = "chance";
+              c.x = {0.0, static_cast<double>(o->r.steps)};
+              c.y = {chance, chance};
+              plot.series.push_back(c);
+              write_line_plot(plot, o->plot);
+            }
             if (o->json) print_json(j);
-            else fmt::print("accuracy {:.3f} after {} steps ({:.1f} s training; chance {:.3f})\n", res.accuracy,
-                            o->r.steps, res.seconds, j["chance"].get<double>());
             return 0;
           }};
 }
