@@ -101,6 +101,13 @@ TEST(Cli, TrainEvalAndCorruptCheckpoints) {
   Result e = run("eval ppl --ckpt " + out.string() + " --json --threads 1");
   ASSERT_EQ(e.code, 0) << e.err;
   for (const char* key : {"\"loss\"", "\"ppl\"", "\"tokens\""}) EXPECT_NE(e.out.find(key), std::string::npos) << e.out;
+  // A barely trained byte-level model samples lone bytes >= 0x80 (invalid UTF-8): --json still prints the
+  // result, with U+FFFD in their place, and the raw ids in "tokens".
+  Result g = run("generate --ckpt " + out.string() + " --prompt Doc --max-tokens 48 --temperature 3 --seed 5 " +
+                 "--json --threads 1");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_NE(g.out.find("\"new_tokens\":48"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("\xef\xbf\xbd"), std::string::npos) << g.out;
 
   // Truncated checkpoint.
   fs::copy(out, tmp_root() / "run_trunc", fs::copy_options::recursive);

@@ -44,7 +44,9 @@ int niah_digits(int flag, const nlohmann::json& run) {
 }
 
 void print_json(const nlohmann::json& j) {
-  std::fputs((j.dump() + "\n").c_str(), stdout);
+  // Generated text can hold invalid UTF-8 (a byte-level model emits any byte): such bytes print as U+FFFD
+  // instead of aborting the command after the work is done.
+  std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
   std::fflush(stdout);
 }
 

@@ -27,7 +27,7 @@ void add_niah_digits_flag(CLI::App* app, int* digits);
 // The flag when given (>= 1, else hlm::Error naming the flag), else run.json's train.niah_digits, else 7.
 int niah_digits(int flag, const nlohmann::json& run);
 
-// Prints one JSON object on stdout.
+// Prints one JSON object on stdout (invalid UTF-8 in strings becomes U+FFFD).
 void print_json(const nlohmann::json& j);
 
 // Peak resident set size of this process in MiB (VmHWM).
