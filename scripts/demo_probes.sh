@@ -72,6 +72,10 @@ done
 wait
 [[ -n "${TRAIN_ONLY:-}" ]] && exit 0
 NAMES=$(for r in $RUNS; do echo "${r%%:*}"; done)
+first=$(echo $NAMES | cut -d" " -f1)
+# The needle values' digits the runs were trained with (train --niah-digits, stored in run.json; eval niah and
+# the probes read it themselves): the NIAH text and the attention-map prompt below use the same.
+DIGITS=$(python3 -c "import json; print(json.load(open('$OUT/$first/run.json'))['train'].get('niah_digits', 7))")
 
 # 2. Probes on each run (one process at a time). SUMMARY_ONLY=1 skips to the tables.
 if [[ -z "${SUMMARY_ONLY:-}" ]]; then
@@ -79,7 +83,9 @@ if [[ -z "${SUMMARY_ONLY:-}" ]]; then
 # the models are trained on NIAH rows only, so loss on the corpus says little; receptive-field also
 # measures the loss on this text (--data). Tokenised as a whole, not piece by piece as the engine's rows are.
 mkdir -p "$OUT/niah-text"
-[[ -f "$OUT/niah-text/niah.txt" ]] || python3 - "$OUT/niah-text/niah.txt" 5 4000 <<'PY'
+NIAH_TEXT="$OUT/niah-text/niah.txt"
+(( DIGITS == 7 )) || NIAH_TEXT="$OUT/niah-text/niah-d$DIGITS.txt"  # 7 digits keeps the documented file name
+[[ -f "$NIAH_TEXT" ]] || python3 - "$NIAH_TEXT" 5 4000 "$DIGITS" <<'PY'
 import random, sys
 # NIAH documents as plain text, in the format of the engine's NIAH rows (data/niah_task.cpp, train/niah_mix.cpp):
 # prefix, noise haystack with the needle at a uniform depth, question, answer; one file, documents back to back.
@@ -91,7 +97,7 @@ words = (noise * 4).split(" ")
 with open(sys.argv[1], "w") as f:
     for _ in range(int(sys.argv[3])):
         key = rng.choice(adj) + "-" + rng.choice(noun)
-        value = str(rng.randint(1, 9)) + "".join(str(rng.randint(0, 9)) for _ in range(6))
+        value = str(rng.randint(1, 9)) + "".join(str(rng.randint(0, 9)) for _ in range(int(sys.argv[4]) - 1))
         hay = words[:36]  # ~70 tokens of noise, like a 128-token training row
         at = rng.randint(0, len(hay))
         f.write("A special magic number is hidden in the following text. Remember it.\n" + " ".join(hay[:at]) +
@@ -110,7 +116,7 @@ for p in $NAMES; do
       --max-tokens 16384 --threads "$PT" --json --plot "$OUT/$p.rf$s.svg" >"$OUT/$p.rf$s.json"
   done
   echo "probe receptive-field $p span 4 on NIAH text"
-  "$BIN" probe receptive-field --ckpt "$dir" --data "$OUT/niah-text/niah.txt" --restrict "full;efficient" --span 4 \
+  "$BIN" probe receptive-field --ckpt "$dir" --data "$NIAH_TEXT" --restrict "full;efficient" --span 4 \
     --samples 1 --max-tokens 16384 --threads "$PT" --json --plot "$OUT/$p.rf4-niahtext.svg" >"$OUT/$p.rf4-niahtext.json"
   echo "probe retrieval-heads $p (final checkpoint)"
   "$BIN" probe retrieval-heads --ckpt "$dir" --samples 4 --threads "$PT" --json --plot "$OUT/$p.heads.svg" \
@@ -122,12 +128,12 @@ done
 
 # 3. One attention map (43 tokens, so the SVG stays ~120 KB): the first run's head with the highest retrieval
 # score reading a needle sentence twice.
-first=$(echo $NAMES | cut -d" " -f1)
 read -r layer head < <(python3 -c "
 import json
 s = json.load(open('$OUT/$first.heads.json'))['scores']
 print(*max(((l, h) for l in range(len(s)) for h in range(len(s[l])) if s[l][h] is not None), key=lambda x: s[x[0]][x[1]]))")
-prompt=$'The special magic number for calm-river is: 4817263.\nThe special magic number for calm-river is: 4817263'
+value=$(python3 -c "print(('4817263' * 8)[:$DIGITS])")
+prompt="The special magic number for calm-river is: $value."$'\n'"The special magic number for calm-river is: $value"
 "$BIN" probe attention-map --ckpt "$OUT/$first" --prompt "$prompt" --layer "$layer" --head "$head" --threads "$PT" \
   --plot "$OUT/$first.attn-L${layer}H$head.svg"
 fi
