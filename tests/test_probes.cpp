@@ -43,14 +43,17 @@ TEST(ReceptiveField, RestrictionSpecsSelectLayers) {
 
 // The keep rule of the retrieval-head probe: value tokens reproduced in order, at any offset; a constant
 // guess that shares the leading space and a few digits as a bag does not pass the half-way mark.
-TEST(RetrievalScore, KeepRuleCountsValueTokensInOrder) {
-  const std::vector<int32_t> value = {1, 17, 13, 19, 11, 10, 12, 10};  // " 7391020" as " " + 7 digits
-  EXPECT_EQ(value_tokens_recalled({1, 17, 13, 19, 11, 10, 12, 10, 2}, value), 8);
-  EXPECT_EQ(value_tokens_recalled({5, 1, 17, 13, 19, 11, 10, 12, 10}, value), 8) << "a token before the value";
-  EXPECT_EQ(value_tokens_recalled({17, 13, 19, 11}, value), 4) << "no leading space, first half";
-  const std::vector<int32_t> constant = {1, 17, 10, 10, 10, 10, 10, 10};  // " 7000000"
-  EXPECT_EQ(value_tokens_recalled(constant, value), 4);  // space, 7 and the two aligned zeros: 4 of 8, not kept
-  EXPECT_EQ(value_tokens_recalled({}, value), 0);
+TEST(RetrievalScore, KeepRuleCountsTheValuesDigits) {
+  EXPECT_EQ(value_digits_recalled(" 7391020.", "7391020"), 7);
+  EXPECT_EQ(value_digits_recalled(": 7391020\n", "7391020"), 7) << "punctuation before the number";
+  EXPECT_EQ(value_digits_recalled("7391", "7391020"), 4) << "cut short";
+  EXPECT_EQ(value_digits_recalled(" 7000000", "7391020"), 3);  // 7, then the aligned zeros: not kept (3 of 7)
+  EXPECT_EQ(value_digits_recalled(" 7391029999", "7391020"), 6) << "digits past the value do not count";
+  EXPECT_EQ(value_digits_recalled(" the 7391020", "7391020"), 0) << "a word before the number";
+  EXPECT_EQ(value_digits_recalled("", "7391020"), 0);
+  // 2-digit values: a constant guess with one right digit is 1 of 2, not more than half.
+  EXPECT_EQ(value_digits_recalled(" 66", "61"), 1);
+  EXPECT_EQ(value_digits_recalled(" 61.", "61"), 2);
 }
 
 TEST(RetrievalScore, HandBuiltCopyingHeadScoresOneAndOthersZero) {

@@ -18,7 +18,7 @@ std::vector<i64> restricted_layers(const ModelConfig& cfg, const std::string& sp
 void apply_max_span(Model& model, const std::vector<i64>& layers, i64 span);
 
 // Retrieval scores [layer][head] (NaN rows for layers without softmax attention) averaged over the NIAH
-// cases whose answer was retrieved (more than half of the value's tokens reproduced in order); see docs/probes.md.
+// cases whose answer was retrieved (more than half of the value's digits right); see docs/probes.md.
 struct RetrievalScores {
   std::vector<std::vector<double>> score;  // [layer][head]
   std::vector<char> is_attention;          // per layer
@@ -32,10 +32,11 @@ std::vector<double> retrieval_scores_for_case(const std::vector<std::vector<i64>
                                               const std::vector<int32_t>& generated,
                                               const std::vector<int32_t>& prompt, i64 begin, i64 end);
 
-// How many of the value's tokens the generation reproduces in order: the most position-wise matches of
-// `value` against `generated` over every alignment. (A bag of tokens would let a constant guess such as
-// " 7000000" keep a test by matching the leading space and the zeros of the value.)
-int value_tokens_recalled(const std::vector<int32_t>& generated, const std::vector<int32_t>& value);
+// How many of the value's digits the answer gets right: the first number in `answer` (only whitespace and
+// punctuation may come before it, as for the NIAH score) compared digit by digit with `value`, left-aligned.
+// Digits, not tokens: a leading-space token or a one-token guess must not count (a constant " 66" against the
+// 2-digit value 61 would keep the test on 2 of its 3 tokens, 1 of its 2 digits does not).
+int value_digits_recalled(const std::string& answer, const std::string& value);
 
 RetrievalScores retrieval_head_scores(Model& model, const data::Tokenizer& tok, const Haystack& hay,
                                       const std::vector<i64>& lengths, const std::vector<double>& depths, int samples,
