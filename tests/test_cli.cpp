@@ -181,18 +181,20 @@ TEST(Cli, CtrlCSavesACheckpointAndExits) {
   EXPECT_TRUE(fs::exists(out / "latest"));
 }
 
-// hybridlm recall: trains the small recall model on MQAR (one per pattern), prints one line per curve point,
-// writes the JSON result and the chart; bad task sizes and config keys are one-line errors. ~1 s.
+// hybridlm recall: trains the small recall model on MQAR (one per pattern and learning rate), prints one line
+// per curve point, writes the JSON result (with the best lr per pattern) and the chart; bad task sizes, learning
+// rates and config keys are one-line errors. ~1 s.
 TEST(Cli, RecallTrainsAndWritesItsCurves) {
   const fs::path out = tmp_root() / "recall.json", svg = tmp_root() / "recall.svg";
-  Result r = run("recall --pattern SL,SM --steps 30 --eval-every 15 --eval-rows 64 --out " + out.string() +
-                 " --plot " + svg.string());
+  Result r = run("recall --pattern SL,SM --lr 0.003,0.001 --steps 30 --eval-every 15 --eval-rows 64 --out " +
+                 out.string() + " --plot " + svg.string());
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("SL step     15  accuracy"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("SM: accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SL lr 0.003 seed 1 step     15  accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SM lr 0.001 seed 1: accuracy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SM: best lr"), std::string::npos) << r.out;
   std::ifstream f(out);
   const nlohmann::json j = nlohmann::json::parse(f);
-  ASSERT_EQ(j.at("runs").size(), 2u);
+  ASSERT_EQ(j.at("runs").size(), 4u);
   for (const auto& run : j["runs"]) {
     ASSERT_EQ(run.at("curve").size(), 3u);
     EXPECT_EQ(run["curve"][0]["step"], 0);
@@ -203,7 +205,14 @@ TEST(Cli, RecallTrainsAndWritesItsCurves) {
     EXPECT_EQ(run["model"]["vocab_size"], 128);
   }
   EXPECT_EQ(j["runs"][0]["pattern"], "SL");
-  EXPECT_EQ(j["runs"][1]["model"]["pattern"], "SM");
+  EXPECT_DOUBLE_EQ(j["runs"][1]["lr"].get<double>(), 0.001);
+  EXPECT_EQ(j["runs"][2]["model"]["pattern"], "SM");
+  ASSERT_EQ(j.at("best").size(), 2u);
+  for (int k = 0; k < 2; ++k) {  // the best lr's accuracy is the higher of the pattern's two runs
+    const double a = j["runs"][2 * k]["accuracy"], b = j["runs"][2 * k + 1]["accuracy"];
+    EXPECT_DOUBLE_EQ(j["best"][k]["accuracy"].get<double>(), std::max(a, b));
+    EXPECT_DOUBLE_EQ(j["best"][k]["lr"].get<double>(), a >= b ? 0.003 : 0.001);
+  }
   EXPECT_DOUBLE_EQ(j["chance"].get<double>(), 1.0 / 64);
   EXPECT_EQ(j["task"]["num_kv_pairs"], 8);
   std::ifstream p(svg);
@@ -213,6 +222,7 @@ TEST(Cli, RecallTrainsAndWritesItsCurves) {
   expect_error(run("recall --kv-pairs 40"), "seq_len");
   expect_error(run("recall --pattern SQ"), "unknown layer letter 'Q'");
   expect_error(run("recall --pattern SL,,SM"), "empty pattern");
+  expect_error(run("recall --lr 0.001,0"), "--lr");
   expect_error(run("recall --preset gdn --pattern SG"), "--set pattern");
   expect_error(run("recall --pattern SM --set layer_types.S.a_init_range=[1,2]"), "a_init_range");
 }
