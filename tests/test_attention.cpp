@@ -440,6 +440,31 @@ TEST(Attention, KeyOffsetForwardMatchesDoubleReference) {
   }
 }
 
+// With a key offset the number of work items follows the thread count (each item copies the keys it reads);
+// the output must not: bitwise equal for 1, 2 and 3 threads, with and without a window.
+TEST(Attention, KeyOffsetBitwiseEqualAcrossThreadCounts) {
+  for (const OffCase& c : {OffCase{1, 200, 1400, 4, 2, 64, 0}, OffCase{2, 130, 900, 4, 1, 32, 300}}) {
+    auto q = randn(c.B * c.T * c.H * c.hd, 940), k = randn(c.B * c.Tk * c.Hkv * c.hd, 941),
+         v = randn(c.B * c.Tk * c.Hkv * c.hd, 942);
+    ops::AttentionShape s;
+    s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
+    std::vector<std::vector<float>> o, lse;
+    const int old = omp_get_max_threads();
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      o.push_back(nan_vec(c.B * c.T * c.H * c.hd));
+      lse.push_back(nan_vec(c.B * c.H * c.T));
+      ops::attention_forward(s, q.data(), c.H * c.hd, k.data(), v.data(), c.Hkv * c.hd, o.back().data(),
+                             lse.back().data());
+    }
+    omp_set_num_threads(old);
+    for (int i : {1, 2}) {
+      EXPECT_EQ(0, std::memcmp(o[0].data(), o[i].data(), o[0].size() * 4)) << c.name() << " threads " << i + 1;
+      EXPECT_EQ(0, std::memcmp(lse[0].data(), lse[i].data(), lse[0].size() * 4)) << c.name() << " threads " << i + 1;
+    }
+  }
+}
+
 // Chunks over a sequence with keys [0, end) give the whole-sequence forward's rows (the prefill identity).
 TEST(Attention, KeyOffsetChunksEqualTheWholeForward) {
   for (i64 W : {i64{0}, i64{37}}) {

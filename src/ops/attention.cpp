@@ -415,7 +415,11 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
   // Work item = (b, kv head, segment of query tiles, see seg_of), all query heads of
   // the group, so each K/V tile is copied to contiguous rows once per item (rows of a fused qkv buffer sit
   // 3 KB apart at the bench config and share a few L1 sets, which costs the microkernel ~40%).
-  const i64 nseg = std::clamp<i64>((kMinItems + B * Hkv - 1) / (B * Hkv), 1, nt);
+  // Segments spread a (b, kv head)'s query tiles over threads, each segment copying the keys it reads. With a key
+  // offset (prefill on a cache) every query tile reads nearly all keys, so each extra segment re-copies the whole
+  // cache: there, only as many items as threads (1 thread, 16K-token prefill: the copies were 18% of the time).
+  const i64 want = off > 0 ? (g.par ? omp_get_max_threads() : 1) : kMinItems;
+  const i64 nseg = std::clamp<i64>((want + B * Hkv - 1) / (B * Hkv), 1, nt);
   const i64 n_units = B * Hkv * nseg;
 #pragma omp parallel if (g.par)
   {
