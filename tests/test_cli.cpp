@@ -223,6 +223,17 @@ TEST(Cli, RecallTrainsAndWritesItsCurves) {
   expect_error(run("recall --pattern SQ"), "unknown layer letter 'Q'");
   expect_error(run("recall --pattern SL,,SM"), "empty pattern");
   expect_error(run("recall --lr 0.001,0"), "--lr");
+  // A diverging learning rate is recorded and the sweep goes on.
+  Result d = run("recall --pattern SL --lr 1000,0.003 --steps 6 --eval-every 0 --eval-rows 16 --json");
+  ASSERT_EQ(d.code, 0) << d.err;
+  const nlohmann::json dj = nlohmann::json::parse(d.out);
+  ASSERT_EQ(dj.at("runs").size(), 2u);
+  EXPECT_NE(dj["runs"][0].value("error", "").find("non-finite"), std::string::npos) << d.out;
+  EXPECT_FALSE(dj["runs"][1].contains("error"));
+  EXPECT_DOUBLE_EQ(dj["best"][0]["lr"].get<double>(), 0.003);
+  Result all = run("recall --pattern SL --lr 1000 --steps 6 --eval-every 0 --eval-rows 16 --json");
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.out.find("every learning rate diverged"), std::string::npos) << all.out;
   expect_error(run("recall --preset gdn --pattern SG"), "--set pattern");
   expect_error(run("recall --pattern SM --set layer_types.S.a_init_range=[1,2]"), "a_init_range");
 }

@@ -114,13 +114,14 @@ Command register_recall(CLI::App& app) {
             plot.xlabel = "training step";
             plot.ylabel = "recall accuracy";
             // Every (model, lr, seed); per model the lr whose final accuracy, averaged over the seeds, is highest
-            // (zoology reports MQAR as the best over a learning-rate sweep).
+            // (zoology reports MQAR as the best over a learning-rate sweep). An lr with a diverged seed is out.
             const bool many = o->lrs.size() > 1 || o->seeds.size() > 1;
             for (const ModelConfig& cfg : cfgs) {
               const std::string pat = cfg.layer_pattern();
               double best_acc = -1, best_lr = 0;
               for (double lr : o->lrs) {
                 double sum = 0;
+                bool any_diverged = false;
                 for (std::uint64_t seed : o->seeds) {
                   const std::string label = many ? fmt::format("{} lr {:g} seed {}", pat, lr, seed) : pat;
                   Model model(cfg);
@@ -131,12 +132,22 @@ Command register_recall(CLI::App& app) {
                                o->r.steps, o->r.batch);
                   RecallOptions ro = o->r;
                   ro.lr = lr;
-                  const RecallResult res = train_recall(model, ro, [&](const RecallPoint& p) {
-                    if (!o->json)
-                      fmt::print("{} step {:6d}  accuracy {:.3f}  ({:.1f} s)\n", label, p.step, p.accuracy, p.seconds);
-                    std::fflush(stdout);
-                  });
+                  RecallResult res;
+                  std::string diverged;
+                  try {
+                    res = train_recall(model, ro, [&](const RecallPoint& p) {
+                      if (!o->json)
+                        fmt::print("{} step {:6d}  accuracy {:.3f}  ({:.1f} s)\n", label, p.step, p.accuracy,
+                                   p.seconds);
+                      std::fflush(stdout);
+                    });
+                  } catch (const Error& e) {
+                    // A learning rate too high for the model (non-finite loss): recorded, and the sweep goes on.
+                    diverged = e.what();
+                    any_diverged = true;
+                  }
                   nlohmann::json run = res.to_json();
+                  if (!diverged.empty()) run["error"] = diverged;
                   run["pattern"] = pat;
                   run["lr"] = lr;
                   run["seed"] = seed;
@@ -148,19 +159,26 @@ Command register_recall(CLI::App& app) {
                     sr.x.push_back(static_cast<double>(p.step));
                     sr.y.push_back(p.accuracy);
                   }
-                  plot.series.push_back(sr);
-                  if (!o->json)
+                  if (!sr.x.empty()) plot.series.push_back(sr);
+                  if (!o->json && !diverged.empty()) fmt::print("{}: stopped: {}\n", label, diverged);
+                  else if (!o->json)
                     fmt::print("{}: accuracy {:.3f} after {} steps ({:.1f} s training; chance {:.3f})\n", label,
                                res.accuracy, o->r.steps, res.seconds, chance);
                   sum += res.accuracy;
                 }
                 const double mean = sum / static_cast<double>(o->seeds.size());
-                if (mean > best_acc) best_acc = mean, best_lr = lr;
+                if (!any_diverged && mean > best_acc) best_acc = mean, best_lr = lr;
               }
-              j["best"].push_back({{"pattern", pat}, {"lr", best_lr}, {"accuracy", best_acc}});
-              if (!o->json && many)
-                fmt::print("{}: best lr {:g}, accuracy {:.3f} (mean over {} seed(s))\n", pat, best_lr, best_acc,
-                           o->seeds.size());
+              if (best_acc < 0) {
+                j["best"].push_back({{"pattern", pat}, {"lr", nullptr}, {"accuracy", nullptr},
+                                     {"error", "every learning rate diverged"}});
+                if (!o->json) fmt::print("{}: every learning rate diverged\n", pat);
+              } else {
+                j["best"].push_back({{"pattern", pat}, {"lr", best_lr}, {"accuracy", best_acc}});
+                if (!o->json && many)
+                  fmt::print("{}: best lr {:g}, accuracy {:.3f} (mean over {} seed(s))\n", pat, best_lr, best_acc,
+                             o->seeds.size());
+              }
             }
             if (!o->out.empty()) write_file_atomic(o->out, j.dump(2) + "\n");
             if (!o->plot.empty()) {
