@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "mixers/decay_init.h"
 #include "ops/causal_conv1d.h"
 #include "ops/fast_exp.h"
 #include "ops/gated_delta.h"
@@ -153,16 +154,10 @@ GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamR
 }
 
 void GatedDeltaNetMixer::init_custom(Rng& rng) {
-  // fla: A ~ U[0, 16] (kept away from 0 for the log), A_log = ln A; dt ~ exp(U[ln 1e-3, ln 0.1]) floored at
-  // 1e-4, dt_bias = softplus^-1(dt) (the ranges are layer_types.G.a_init_range / dt_init_range). The bound
-  // buffer is the model's writable store.
-  float* alog = const_cast<float*>(P(off_alog_));
-  float* dtb = const_cast<float*>(P(off_dtb_));
-  for (i64 h = 0; h < H_; ++h) alog[h] = static_cast<float>(std::log(std::max(rng.uniform(a_range_[0], a_range_[1]), 1e-4)));
-  for (i64 h = 0; h < H_; ++h) {
-    const double dt = std::max(std::exp(rng.uniform(std::log(dt_range_[0]), std::log(dt_range_[1]))), 1e-4);
-    dtb[h] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
-  }
+  // fla: A ~ U[0, 16], then dt ~ exp(U[ln 1e-3, ln 0.1]) (mixers/decay_init.h). The bound buffer is the
+  // model's writable store.
+  init_a_log(rng, a_range_, const_cast<float*>(P(off_alog_)), H_);
+  init_dt_bias(rng, dt_range_, const_cast<float*>(P(off_dtb_)), H_);
 }
 
 i64 GatedDeltaNetMixer::chunk_state_budget(i64 B, i64 T) const {

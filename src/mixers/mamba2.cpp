@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "mixers/decay_init.h"
 #include "ops/causal_conv1d.h"
 #include "ops/fast_exp.h"
 #include "ops/matmul.h"
@@ -64,16 +65,10 @@ std::vector<float> Mamba2Mixer::decay_rates() const {
 }
 
 void Mamba2Mixer::init_custom(Rng& rng) {
-  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]) floored at 1e-4, dt_bias = softplus^-1(dt); A ~ U[1, 16]
-  // (the ranges are layer_types.M.dt_init_range / a_init_range).
-  // The bound buffer is the model's writable parameter store; the base class only hands out const views.
-  float* dtb = const_cast<float*>(P(off_dtb_));
-  float* alog = const_cast<float*>(P(off_alog_));
-  for (i64 h = 0; h < nh_; ++h) {
-    const double dt = std::max(std::exp(rng.uniform(std::log(dt_range_[0]), std::log(dt_range_[1]))), 1e-4);
-    dtb[h] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
-  }
-  for (i64 h = 0; h < nh_; ++h) alog[h] = static_cast<float>(std::log(std::max(rng.uniform(a_range_[0], a_range_[1]), 1e-4)));
+  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]), then A ~ U[1, 16] (mixers/decay_init.h). The bound buffer is the
+  // model's writable parameter store; the base class only hands out const views.
+  init_dt_bias(rng, dt_range_, const_cast<float*>(P(off_dtb_)), nh_);
+  init_a_log(rng, a_range_, const_cast<float*>(P(off_alog_)), nh_);
 }
 
 i64 Mamba2Mixer::saved_floats(i64 B, i64 T) const {
