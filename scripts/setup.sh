@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev               # tests, micro-benchmarks
   python3.11-doc linux-doc-6.1                # the built-in default corpus (reST sources)
 )
+if [ "${1:-}" = "--list-packages" ]; then printf '%s\n' "${PACKAGES[@]}"; exit 0; fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
