@@ -52,16 +52,21 @@ has_section() {
 }
 
 # Resolves a cited path: relative to the citing file's folder first, then to the repository root.
-# Prints the repository-relative path, or nothing when it does not exist inside the repository.
+# Sets REPLY to the repository-relative path, or to "" when it does not exist inside the repository.
+declare -A RESOLVED
 resolve() {
-  local from_dir=$1 p=$2 c
-  for c in "$from_dir/$p" "$p"; do
-    [[ -e $c ]] || continue
-    c=$(realpath -m --relative-to="$ROOT" "$c")
-    [[ $c == ..* || $c == /* ]] && continue
-    echo "$c"
-    return
-  done
+  local key="$1|$2" c
+  if [[ -z ${RESOLVED[$key]+x} ]]; then
+    RESOLVED[$key]=""
+    for c in "$1/$2" "$2"; do
+      [[ -e $c ]] || continue
+      c=$(realpath -m --relative-to="$ROOT" "$c")
+      [[ $c == ..* || $c == /* ]] && continue
+      RESOLVED[$key]=$c
+      break
+    done
+  fi
+  REPLY=${RESOLVED[$key]}
 }
 
 check_section_refs() {  # file line text page: every "§N" in text refers to page
@@ -75,7 +80,7 @@ check_section_refs() {  # file line text page: every "§N" in text refers to pag
 for f in "${FILES[@]}"; do
   [[ -f $f && $f != "$SELF" ]] || continue
   grep -Iq . "$f" 2>/dev/null || continue  # binary or empty
-  dir=$(dirname "$f")
+  dir=.; [[ $f == */* ]] && dir=${f%/*}
   is_md=0; [[ $f == *.md ]] && is_md=1
 
   while IFS=: read -r n _; do
@@ -92,7 +97,7 @@ for f in "${FILES[@]}"; do
         path=${target%%#*}; anchor=""; [[ $target == *#* ]] && anchor=${target#*#}
         if [[ -z $path ]]; then page=$f
         else
-          page=$(resolve "$dir" "$path")
+          resolve "$dir" "$path"; page=$REPLY
           if [[ -z $page ]]; then report "$f" "$n" "link to a missing file: $target"; continue; fi
         fi
         if [[ -n $anchor && $page == *.md ]] && ! has_anchor "$page" "$anchor"; then
@@ -104,7 +109,7 @@ for f in "${FILES[@]}"; do
 
   # Path and section mentions, line by line (URLs removed first).
   while IFS=$'\t' read -r n text; do
-    text=$(sed -E 's#[a-zA-Z]+://[^ )>`"]*##g' <<<"$text")
+    while [[ $text =~ [a-zA-Z]+://[^\ \)\>\`\"]* ]]; do text=${text/"${BASH_REMATCH[0]}"/}; done
     last_page=""
     # Tokens: docs/... paths (with an optional #anchor) and NAME.md names, in order of appearance, each
     # followed by what comes after it on the line up to the next token.
@@ -125,7 +130,8 @@ for f in "${FILES[@]}"; do
       elif [[ $path =~ $GENERATED ]]; then
         last_page=""; continue
       fi
-      if [[ $path == docs/* ]]; then page=$(resolve . "$path"); else page=$(resolve "$dir" "$path"); fi
+      if [[ $path == docs/* ]]; then resolve . "$path"; else resolve "$dir" "$path"; fi
+      page=$REPLY
       in_link=0; [[ $lead == "(" && $before == *"]" ]] && in_link=1  # reported by the link check
       if [[ -z $page ]]; then
         ((in_link)) || report "$f" "$n" "cites a file that is not in the repository: $path"
