@@ -90,7 +90,7 @@ const LightningMixer& lm(const MixerRig& rig) { return dynamic_cast<const Lightn
 }  // namespace
 
 TEST(LightningMixer, MinimaxSlopes) {
-  // algorithms.md §2.2 test vector: H = 8, layer 0 -> 2^-1 .. 2^-8 (times the layer factor 1 + 1e-5).
+  // docs/algorithms.md §3.2 test vector: H = 8, layer 0 -> 2^-1 .. 2^-8 (times the layer factor 1 + 1e-5).
   const auto s = lightning_minimax_slopes(8, 0, 4);
   for (int h = 0; h < 8; ++h) EXPECT_NEAR(s[h], std::pow(2.0, -(h + 1)) * (1 + 1e-5), 1e-15) << h;
   // L = 4: layer factors 1.00001, 0.666678, 0.333346, 1.3e-5.

@@ -163,7 +163,7 @@ TEST(Mamba2Mixer, RegistersNamesShapesAndInit) {
   EXPECT_GT(hi, 3e-2);
   const auto& cw = big.info("conv1d.weight");
   for (i64 i = 0; i < cw.shape.numel(); ++i) ASSERT_LE(std::fabs(big.param("conv1d.weight")[i]), 0.5f);
-  // Inverse softplus test vector (algorithms.md §10b): dt = 0.01 -> -4.600166.
+  // Inverse softplus test vector (docs/algorithms.md §4.4): dt = 0.01 -> -4.600166.
   EXPECT_NEAR(0.01 + std::log(-std::expm1(-0.01)), -4.600166, 1e-6);
 }
 

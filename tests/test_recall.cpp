@@ -147,8 +147,8 @@ TEST(Mqar, AccuracyScorer) {
 TEST(Recall, LightningHybridLearnsMqar) { expect_recall("SL", 400, 8, 0.9, true); }
 
 // The efficient layer doing the long-range recall. With the default init (A in [1, 16], dt in [1e-3, 0.1]) the
-// state forgets within a few to a few tens of tokens and M / G stay on the plateau for thousands of steps (docs/
-// mixers.md); with a long-memory init: SM 0.96 after 1000 steps, 0.98 with init seed 2 (14-16 s, 1 thread).
+// state forgets within a few to a few tens of tokens and M / G stay on the plateau for thousands of steps
+// (docs/mixers.md); with a long-memory init: SM 0.96 after 1000 steps, 0.98 with init seed 2 (14-16 s, 1 thread).
 TEST(Recall, Mamba2HybridLearnsMqarWithLongMemoryInit) { expect_recall("SM", 1000, 8, 0.9, true, kLongMemory); }
 
 // A single Gated DeltaNet layer (its short conv binds each value to its key, its delta-rule state holds the pairs):

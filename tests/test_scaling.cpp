@@ -68,7 +68,7 @@ void expect_error(const Result& r, const std::string& needle) {
   EXPECT_NE(r.err.find(needle), std::string::npos) << "want '" << needle << "' in stderr: " << r.err;
 }
 
-// Chinchilla's published constants (algorithms.md §7.5).
+// Chinchilla's published constants (docs/algorithms.md §9.1).
 constexpr double kE = 1.69, kA = 406.4, kB = 410.7, kAlpha = 0.34, kBeta = 0.28;
 double chinchilla_law(double n, double d) { return kE + kA / std::pow(n, kAlpha) + kB / std::pow(d, kBeta); }
 

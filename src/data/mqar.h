@@ -1,5 +1,5 @@
 #pragma once
-// MQAR, multi-query associative recall (Arora et al., zoology `multiquery_ar`; algorithms.md §9.1):
+// MQAR, multi-query associative recall (Arora et al., zoology `multiquery_ar`; docs/algorithms.md §10):
 // a row is num_kv_pairs key-value pairs "k1 v1 k2 v2 ..." followed by a query region in which every key
 // appears once more; the next-token target at that position is the key's value, every other target is -1
 // (ignored by the loss). Keys come from [1, V/2), values from [V/2, V), drawn without repetition inside a

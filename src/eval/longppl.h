@@ -4,7 +4,7 @@
 // long-short difference LSD = loss_short - loss_full > alpha and the long-context log-prob
 // LCL = -loss_full > beta (defaults alpha 2, beta -2, losses in nats). LongPPL of the evaluated model is
 // exp(mean of its full-context loss over key tokens), aggregated over documents weighted by key-token
-// count. Short contexts follow the reference windowing: tokens are scored in blocks of `block`; a block
+// count. Short contexts follow LongPPL's windowing (docs/algorithms.md §8.1): scored in blocks of `block`; a block
 // starting at s (s = 0, block, 2*block, ...) is scored from the short context [s, p) for p in
 // [s+trunc, s+trunc+block), so the first `trunc` tokens are never key tokens.
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-// Scaling-law fits (docs/scaling.md; reference algorithms.md §7.5).
+// Scaling-law fits (docs/scaling.md; formulas and constants: docs/algorithms.md §9).
 //   power law   L(C)    = E + A * C^-alpha            fitted as log L = LSE(a - alpha ln C, e)
 //   Chinchilla  L(N, D) = E + A / N^alpha + B / D^beta fitted as log L = LSE(a - alpha ln N, b - beta ln D, e)
 // with A = e^a, B = e^b, E = e^e; the objective is sum_i Huber_delta(log Lhat_i - log L_i) (delta 1e-3),

@@ -202,7 +202,7 @@ void GatedDeltaNetMixer::run(const float* x, float* y, i64 B, i64 T, const int32
 
   rq_ = arena.floats(N * H_, "gdn q rstd");
   rk_ = arena.floats(N * H_, "gdn k rstd");
-  const float qscale = 1.f / std::sqrt(static_cast<float>(K_));  // after the L2 norm (reference §10)
+  const float qscale = 1.f / std::sqrt(static_cast<float>(K_));  // after the L2 norm (docs/algorithms.md §5.1)
   ops::l2norm_forward<float>(qkv_, C3, qkv_, C3, rq_, N, H_, K_, kL2Eps, qscale);
   ops::l2norm_forward<float>(qkv_ + HK, C3, qkv_ + HK, C3, rk_, N, H_, K_, kL2Eps, 1.f);
 

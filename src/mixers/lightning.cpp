@@ -84,7 +84,7 @@ FlopCount LightningMixer::flops_per_token(i64 T) const {
   FlopCount f;
   const double D = static_cast<double>(D_), HK = static_cast<double>(H_ * hd_), d = static_cast<double>(hd_);
   f.matmul = 2.0 * (4.0 * HK * D + D * HK);
-  // Chunked kernel: (Q K^T) and (P V) inside a chunk, Q S and K^T V against the state (peer README "FLOPs").
+  // Chunked kernel: (Q K^T) and (P V) inside a chunk, Q S and K^T V against the state (docs/algorithms.md §9.3).
   const double C = static_cast<double>(std::min(chunk_, std::max<i64>(T, 1)));
   f.core = static_cast<double>(H_) * (4.0 * C * d + 4.0 * d * d);
   return f;

@@ -89,7 +89,7 @@ i64 Mamba2Mixer::scratch_floats(i64 B, i64 T) const {
 FlopCount Mamba2Mixer::flops_per_token(i64 T) const {
   FlopCount f;
   f.matmul = 2.0 * (static_cast<double>(Win()) * D_ + static_cast<double>(D_) * di_);
-  // Peer README "FLOPs": 2 C N (C B^T once per chunk, shared by the heads) + heads (2 C P + 4 N P).
+  // docs/algorithms.md §9.3: 2 C N (C B^T once per chunk, shared by the heads) + heads (2 C P + 4 N P).
   const double C = static_cast<double>(std::min(chunk_, std::max<i64>(T, 1)));
   const double N = static_cast<double>(N_), P = static_cast<double>(P_);
   f.core = 2.0 * C * N + static_cast<double>(nh_) * (2.0 * C * P + 4.0 * N * P);

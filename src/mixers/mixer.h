@@ -1,5 +1,5 @@
 #pragma once
-// The mixer contract (docs/model.md, DESIGN.md): each layer's sequence mixer owns its parameters
+// The mixer contract (docs/model.md, docs/design.md): each layer's sequence mixer owns its parameters
 // (registered by name), runs forward on a normalised input [B, T, D] saving what backward needs in the
 // step's arena, runs backward (input gradient overwritten, parameter gradients accumulated), counts its
 // FLOPs, and decodes one token at a time from a constant-size (or, for full attention, growing) state.

@@ -16,7 +16,7 @@ const std::set<std::string> kTopKeys = {
 const std::set<std::string> kTypeKeys = {"rope", "window", "n_heads", "n_kv_heads",
                                          "head_dim", "qk_norm", "a_init_range", "dt_init_range"};
 
-// Defaults of the M / G decay and step-size init ranges (algorithms.md: mamba_ssm A_init_range (1, 16),
+// Defaults of the M / G decay and step-size init ranges (docs/algorithms.md §4.4: mamba_ssm A_init_range (1, 16),
 // fla GDN A ~ U[0, 16]; dt_min 1e-3, dt_max 0.1 for both).
 std::array<double, 2> default_a_init_range(char ch) {
   return ch == 'M' ? std::array<double, 2>{1, 16} : std::array<double, 2>{0, 16};

@@ -130,7 +130,7 @@ i64 max_segments(const Dims& d) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Recurrent form (§1 of the doc)
+// Recurrent form (docs/gated_delta.md §1, §2)
 
 // One token on state S [K, V] in place: S~ = a S; u = beta (v - S~^T k); S = S~ + k u^T; o = S^T q.
 // Uses S^T q = a S_prev^T q + u (k.q) so the state is read once and updated once. o may be nullptr.
@@ -162,7 +162,7 @@ void token_forward(i64 K, i64 V, F* S, const F* q, const F* k, const F* v, F g, 
   }
 }
 
-// Backward of one token (§4.4 of the reference). Sp = state before the token (nullptr = zero, i.e. a document
+// Backward of one token (docs/gated_delta.md §2). Sp = state before the token (nullptr = zero, i.e. a document
 // start), St = state after it; dS [K, V] holds dL/dS_t on entry and dL/dS_{t-1} on exit.
 template <typename F>
 void token_backward(i64 K, i64 V, const F* Sp, const F* St, F* dS, const F* q, const F* k, const F* v, F g, F beta,
@@ -220,7 +220,7 @@ void token_backward(i64 K, i64 V, const F* Sp, const F* St, F* dS, const F* q, c
 }
 
 // ------------------------------------------------------------------------------------------------
-// Chunked form (§2, §3 of the doc). One segment of L <= C tokens of one (b, h).
+// Chunked form (docs/gated_delta.md §3). One segment of L <= C tokens of one (b, h).
 
 template <typename F>
 struct Seg {
@@ -364,7 +364,7 @@ struct ChunkWork {
     mm<F>(false, false, L, V, L, 1, QK, C, Vn, V, 1, O, ldo);
   }
 
-  // Backward of one segment (doc §3), after prepare(s, S, true). dS holds dL/dS_out on entry and
+  // Backward of one segment (docs/gated_delta.md §3.3), after prepare(s, S, true). dS holds dL/dS_out on entry and
   // dL/dS_in on exit when need_dS_in (else it is left as is). Writes the segment's rows of dq, dk, dv and
   // its entries of dg, dbeta.
   void backward(const Seg<F>& s, const F* S, F* dS, bool need_dS_in, const F* dO, i64 ldo, F* dq, F* dk, F* dv, F* dg,
@@ -720,7 +720,7 @@ void gated_delta_chunked_backward(const GatedDeltaArgs<F>& a, const std::type_id
       auto zero_in = [&](i64 si) { return segs[si].first == 0 ? !a.initial_state : d.reset(b, segs[si].first); };
       const F* st = chunk_states ? chunk_states + bh * nseg * KV : own;
       if (!chunk_states) {
-        // One more scan over chunks to recover the entry states (doc §3, "what is stored").
+        // One more scan over chunks to recover the entry states (docs/gated_delta.md §3.4).
         for (i64 si = 0; si < ns; ++si) {
           F* S = own + si * KV;  // set by the previous iteration when si > 0
           if (si == 0) {
