@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -42,6 +45,7 @@ template <typename A, typename B>
     if (std::fabs(d) > worst) worst = std::fabs(d), wi = i;
   }
   double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+  if (std::getenv("HLM_TEST_PRINT_ERRORS")) std::fprintf(stderr, "close_rel %s: %.3g (tol %.3g, %.2f of it)\n", what.c_str(), rel, tol, rel / tol);
   if (rel <= tol) return ::testing::AssertionSuccess();
   auto f = ::testing::AssertionFailure();
   f << what << ": rel RMS error " << rel << " > " << tol << "; worst |diff| " << worst << " at " << wi
@@ -49,6 +53,22 @@ template <typename A, typename B>
   for (size_t i = 0; i < std::min<size_t>(4, got.size()); ++i) f << " (" << got[i] << " vs " << want[i] << ")";
   return f;
 }
+
+// Tolerance of an fp32 kernel against a double reference, from rounding-error analysis (docs/testing.md):
+// relative RMS error <= kFp32Lambda * u * sqrt(depth), u = 2^-24 (fp32 unit roundoff). `depth` counts the fp32
+// roundings that accumulate into one output along its chain of stages (fp32_depth): each stage's reduction
+// length (a dot product or norm over n terms: n; a scan over T tokens: T), 1 per elementwise function, and
+// kappa^2 times that where a stage's relative error is amplified by kappa on the way to the output (a gate
+// sigmoid(z) that scales the output: kappa = |z|). Two fp32 computations compared with each other: the sum of
+// both depths. Gradients: the forward's and the backward's chains plus the longest gradient sum.
+constexpr double kFp32UnitRoundoff = 0x1p-24;
+constexpr double kFp32Lambda = 4;
+inline double fp32_depth(std::initializer_list<double> stages) {
+  double depth = 0;
+  for (double d : stages) depth += d;
+  return depth;
+}
+inline double fp32_tol(double depth) { return kFp32Lambda * kFp32UnitRoundoff * std::sqrt(depth); }
 
 // Central finite difference of a scalar loss w.r.t. x[i] (x is perturbed in place and restored).
 template <typename T>
