@@ -2,6 +2,7 @@
 // back give bitwise-equal logits, the exported tokenizers (the byte table; SentencePiece merges replayed as
 // transformers' BPE would) reproduce hybridlm's token ids. tools/hf_check compares with transformers itself.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -26,8 +27,13 @@ using json = nlohmann::json;
 
 namespace {
 
+const fs::path kRoot = fs::temp_directory_path() / ("hlm_hf_test_" + std::to_string(::getpid()));
+struct RemoveRootAtExit {
+  ~RemoveRootAtExit() { fs::remove_all(kRoot); }
+} remove_root_at_exit;
+
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("hlm_hf_test_" + std::to_string(::getpid())) / name;
+  fs::path d = kRoot / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -306,4 +312,61 @@ TEST(HfTokenizer, SentencePieceMergesReplayToTheSameIds) {
   EXPECT_TRUE(fs::exists(out / "tokenizer.model"));
   const auto imp = data::import_hf_tokenizer(out.string(), temp_dir("spm_import").string());
   EXPECT_NE(imp.spec.find("tokenizer.model"), std::string::npos);
+}
+
+namespace {
+
+// Runs the hybridlm binary; returns the exit code, stderr in *err.
+int hybridlm(const std::string& args, std::string* err = nullptr) {
+  const fs::path log = kRoot / "stderr.txt";
+  const int st = std::system((std::string(HLM_BINARY) + " " + args + " >/dev/null 2>" + log.string()).c_str());
+  if (err) {
+    std::ifstream f(log);
+    err->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
+
+TEST(HfCli, TrainExportImportThenGenerateAndEvaluate) {
+  const fs::path d = temp_dir("cli");
+  {
+    std::ofstream f(d / "corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "Line " << i << ": the window holds the latest tokens.\n";
+  }
+  ::setenv("HLM_DATA_CACHE", (d / "cache").c_str(), 1);
+  const std::string model = "--set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=1 --set head_dim=16 "
+                            "--set d_ff=48 --set max_seq_len=64 --set window=8 --set pattern=SF ";
+  ASSERT_EQ(hybridlm("train " + model + "--data " + (d / "corpus.txt").string() +
+                     " --tokenizer byte --steps 2 --seq-len 32 --batch 2 --quiet --threads 1 --out " + (d / "run").string()),
+            0);
+  std::string err;
+  ASSERT_EQ(hybridlm("export --ckpt " + (d / "run").string() + " --format hf --out " + (d / "hf").string(), &err), 0) << err;
+  EXPECT_EQ(read_json(d / "hf" / "config.json")["model_type"], "smollm3");
+  ASSERT_EQ(hybridlm("import " + (d / "hf").string() + " --out " + (d / "imported").string(), &err), 0) << err;
+  EXPECT_EQ(read_json(d / "imported" / "run.json")["tokenizer"], "byte");
+  EXPECT_EQ(hybridlm("generate --ckpt " + (d / "imported").string() + " --prompt Line --max-tokens 4 --json", &err), 0)
+      << err;
+  EXPECT_EQ(hybridlm("logits --ckpt " + (d / "imported").string() + " --tokens \"1 2 3\" --out " +
+                     (d / "l.safetensors").string()),
+            0);
+  EXPECT_EQ(SafeTensorsFile::read((d / "l.safetensors").string()).get("logits").shape, Shape({3, 257}));
+
+  // Bad input: one-line errors naming the flag, the token or the key; a refused export writes nothing.
+  EXPECT_NE(hybridlm("export --ckpt " + (d / "run").string() + " --format onnx --out " + (d / "x").string(), &err), 0);
+  EXPECT_NE(err.find("--format 'onnx'"), std::string::npos) << err;
+  EXPECT_NE(hybridlm("logits --ckpt " + (d / "run").string() + " --tokens \"1 999\" --out " + (d / "l2").string(), &err), 0);
+  EXPECT_NE(err.find("'999'"), std::string::npos) << err;
+  json cfg = read_json(d / "hf" / "config.json");
+  cfg["rope_parameters"]["rope_type"] = "yarn";
+  std::ofstream(d / "hf" / "config.json") << cfg.dump();
+  EXPECT_NE(hybridlm("import " + (d / "hf").string() + " --out " + (d / "imported2").string(), &err), 0);
+  EXPECT_NE(err.find("rope_parameters.rope_type"), std::string::npos) << err;
+  ASSERT_EQ(hybridlm("train " + model + "--set pattern=LF --data " + (d / "corpus.txt").string() +
+                     " --tokenizer byte --steps 1 --seq-len 32 --batch 2 --quiet --threads 1 --out " + (d / "runL").string()),
+            0);
+  EXPECT_NE(hybridlm("export --ckpt " + (d / "runL").string() + " --format hf --out " + (d / "hfL").string(), &err), 0);
+  EXPECT_NE(err.find("layer type L (Lightning)"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(d / "hfL"));
 }
