@@ -13,6 +13,9 @@ std::vector<Command> all_commands(CLI::App& app) {
   cmds.push_back(register_scaling(app));
   cmds.push_back(register_sweep(app));
   cmds.push_back(register_recall(app));
+  cmds.push_back(register_export(app));
+  cmds.push_back(register_import(app));
+  cmds.push_back(register_logits(app));
   return cmds;
 }
 

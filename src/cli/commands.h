@@ -24,5 +24,8 @@ Command register_tokenizer(CLI::App& app);
 Command register_scaling(CLI::App& app);
 Command register_sweep(CLI::App& app);
 Command register_recall(CLI::App& app);
+Command register_export(CLI::App& app);
+Command register_import(CLI::App& app);
+Command register_logits(CLI::App& app);
 
 }  // namespace hlm::cli

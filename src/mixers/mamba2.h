@@ -29,10 +29,10 @@ class Mamba2Mixer final : public Mixer {
   i64 n_heads() const { return nh_; }
   i64 head_dim() const { return P_; }
   i64 d_state() const { return N_; }
+  static constexpr i64 kConv = 4;  // conv width
+  static constexpr float kNormEps = 1e-5f;  // of the output norm (the Hugging Face export compares it)
 
  private:
-  static constexpr i64 kConv = 4;  // conv width
-  static constexpr float kNormEps = 1e-5f;
   i64 D_, di_, P_, nh_, N_, chunk_;
   std::array<double, 2> a_range_, dt_range_;  // init ranges of A and dt (layer_types.M)
   i64 off_in_, off_convw_, off_convb_, off_dtb_, off_alog_, off_D_, off_norm_, off_out_;

@@ -1,0 +1,65 @@
+// hybridlm logits: the logits of one token sequence as a safetensors file, for comparing a checkpoint with
+// another framework's forward on the same tokens (tools/hf_check).
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace hlm::cli {
+
+Command register_logits(CLI::App& app) {
+  auto* sub = app.add_subcommand("logits", "write the logits of a token sequence (safetensors: tokens, logits [T, V])");
+  struct Opts {
+    std::string ckpt, tokens, tokens_file, out;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("--ckpt", o->ckpt, "run folder or checkpoint folder")->required();
+  auto* t = sub->add_option("--tokens", o->tokens, "token ids separated by spaces");
+  sub->add_option("--tokens-file", o->tokens_file, "read the token ids from a file")->excludes(t);
+  sub->add_option("--out", o->out, "output .safetensors file")->required();
+  add_threads_flag(sub, &o->threads);
+  return {sub, [o]() -> int {
+            apply_threads(o->threads);
+            std::string text = o->tokens;
+            const std::string source = o->tokens_file.empty() ? "--tokens" : o->tokens_file;
+            if (!o->tokens_file.empty()) {
+              std::ifstream f(o->tokens_file);
+              if (!f) fail("--tokens-file {}: cannot open", o->tokens_file);
+              std::stringstream ss;
+              ss << f.rdbuf();
+              text = ss.str();
+            }
+            LoadedModel lm = load_model(o->ckpt);
+            const i64 V = lm.model->config().vocab_size;
+            std::vector<int32_t> ids;
+            std::istringstream in(text);
+            std::string word;
+            while (in >> word) {
+              size_t used = 0;
+              long v = -1;
+              try {
+                v = std::stol(word, &used);
+              } catch (const std::exception&) {
+                used = 0;
+              }
+              if (used != word.size() || v < 0 || v >= V)
+                fail("{}: '{}' is not a token id in [0, {})", source, word, V);
+              ids.push_back(static_cast<int32_t>(v));
+            }
+            if (ids.empty()) fail("{}: no token ids", source);
+            const i64 T = static_cast<i64>(ids.size());
+            std::vector<float> logits(static_cast<size_t>(T * V));
+            lm.model->forward_logits(ids.data(), nullptr, 1, T, logits.data());
+            SafeTensorsWriter w;
+            w.add_i32("tokens", {T}, ids.data());
+            w.add_f32("logits", {T, V}, logits.data());
+            w.write(o->out);
+            return 0;
+          }};
+}
+
+}  // namespace hlm::cli

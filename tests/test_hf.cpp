@@ -1,0 +1,372 @@
+// Hugging Face interop without Python: config export/import mapping and refusals, weights written and read
+// back give bitwise-equal logits, the exported tokenizers (the byte table; SentencePiece merges replayed as
+// transformers' BPE would) reproduce hybridlm's token ids. tools/hf_check compares with transformers itself.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "data/byte_tokenizer.h"
+#include "data/hf_tokenizer.h"
+#include "data/spm_tokenizer.h"
+#include "data/spm_trainer.h"
+#include "model/hf_config.h"
+#include "model/hf_weights.h"
+#include "model/model.h"
+
+namespace fs = std::filesystem;
+using namespace hlm;
+using json = nlohmann::json;
+
+namespace {
+
+const fs::path kRoot = fs::temp_directory_path() / ("hlm_hf_test_" + std::to_string(::getpid()));
+struct RemoveRootAtExit {
+  ~RemoveRootAtExit() { fs::remove_all(kRoot); }
+} remove_root_at_exit;
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = kRoot / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+ModelConfig small(std::vector<std::string> sets) {
+  std::vector<std::string> base = {"d_model=32", "n_layers=4", "n_heads=2", "n_kv_heads=1", "head_dim=16",
+                                   "d_ff=48", "vocab_size=300", "max_seq_len=64", "window=8"};
+  base.insert(base.end(), sets.begin(), sets.end());
+  return resolve_config("swa128-nope", "", base);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  return json::parse(f);
+}
+
+std::vector<float> logits_of(Model& m, const std::vector<int32_t>& ids) {
+  std::vector<float> out(ids.size() * static_cast<size_t>(m.config().vocab_size));
+  m.forward_logits(ids.data(), nullptr, 1, static_cast<i64>(ids.size()), out.data());
+  return out;
+}
+
+}  // namespace
+
+TEST(HfConfig, SwaNopeExportsToSmolLM3WithPerLayerRopeAndWindow) {
+  const HfExport e = hf_export_config(small({}), {-1, 256});
+  EXPECT_EQ(e.architecture, "SmolLM3ForCausalLM");
+  const json& c = e.config;
+  EXPECT_EQ(c["no_rope_layers"], json({1, 1, 1, 0}));
+  EXPECT_EQ(c["layer_types"], json({"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"}));
+  EXPECT_EQ(c["sliding_window"], 8);  // both count the current token: t sees t-W+1..t
+  EXPECT_EQ(c["use_sliding_window"], true);
+  EXPECT_EQ(c["num_key_value_heads"], 1);
+  EXPECT_EQ(c["head_dim"], 16);
+  EXPECT_EQ(c["tie_word_embeddings"], false);
+  EXPECT_EQ(c["eos_token_id"], 256);
+  EXPECT_TRUE(c["bos_token_id"].is_null());
+  EXPECT_EQ(c["rope_parameters"]["rope_theta"], 10000.0);
+}
+
+TEST(HfConfig, QkNormExportsToQwen3AndTheRestIsRefusedWithTheReason) {
+  EXPECT_EQ(hf_export_config(small({"layer_types.F.rope=true", "layer_types.F.qk_norm=true",
+                                    "layer_types.S.qk_norm=true"}),
+                             {})
+                .architecture,
+            "Qwen3ForCausalLM");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"layer_types.F.qk_norm=true", "layer_types.S.qk_norm=true"}, "NoPE"},
+      {{"layer_types.F.qk_norm=true"}, "QK-norm is on for F layers only"},
+      {{"layer_types.F.rope=true", "layer_types.F.qk_norm=true", "layer_types.S.qk_norm=true", "norm_eps=1e-5"},
+       "norm_eps"},
+      {{"layer_types.S.head_dim=8"}, "layer_types.S.head_dim"},
+      {{"pattern=MMMF", "layer_types.M.head_dim=16", "layer_types.F.rope=true"}, "norm_eps 1e-06 next to M layers"},
+      {{"pattern=MMSF", "layer_types.M.head_dim=16", "norm_eps=1e-5"}, "S layers next to M layers"},
+      {{"pattern=MMMF", "layer_types.M.head_dim=16", "norm_eps=1e-5"}, "F layers with NoPE next to M layers"},
+      {{"pattern=GGSF"}, "layer type G (Gated DeltaNet)"},
+      {{"pattern=LLLF"}, "layer type L (Lightning)"},
+  };
+  for (const auto& [sets, needle] : refused) {
+    const std::string msg = error_of([&] { hf_export_config(small(sets), {}); });
+    EXPECT_NE(msg.find(needle), std::string::npos) << "'" << msg << "' should contain '" << needle << "'";
+  }
+  EXPECT_NE(error_of([&] { hf_export_config(small({}), {-1, 300}); }).find("eos id 300"), std::string::npos);
+}
+
+TEST(HfConfig, MambaHybridExportsToBambaWithItsTensorNames) {
+  const ModelConfig c = small({"pattern=MMFM", "layer_types.M.head_dim=16", "layer_types.F.rope=true",
+                               "mamba_d_state=8", "norm_eps=1e-5"});
+  const HfExport e = hf_export_config(c, {});
+  EXPECT_EQ(e.architecture, "BambaForCausalLM");
+  EXPECT_EQ(e.config["attn_layer_indices"], json({2}));
+  EXPECT_EQ(e.config["mamba_n_heads"], 4);  // expand 2 x d_model 32 / head_dim 16
+  EXPECT_EQ(e.config["mamba_d_state"], 8);
+  EXPECT_EQ(e.config["rope_parameters"]["partial_rotary_factor"], 1.0);
+  EXPECT_EQ(hf_tensor_name(e.architecture, "model.layers.0.mixer.in_proj.weight"), "model.layers.0.mamba.in_proj.weight");
+  EXPECT_EQ(hf_tensor_name(e.architecture, "model.layers.2.mlp.up_proj.weight"),
+            "model.layers.2.feed_forward.up_proj.weight");
+  EXPECT_EQ(hf_tensor_name(e.architecture, "model.layers.2.post_attention_layernorm.weight"),
+            "model.layers.2.pre_ff_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name(e.architecture, "model.norm.weight"), "model.final_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name("SmolLM3ForCausalLM", "model.norm.weight"), "model.norm.weight");
+}
+
+TEST(HfConfig, ExportThenImportGivesTheSameConfig) {
+  for (const auto& sets : std::vector<std::vector<std::string>>{
+           {}, {"pattern=SFSF", "layer_types.S.rope=false", "layer_types.F.rope=true"}, {"pattern=F"},
+           {"layer_types.F.rope=true", "layer_types.F.qk_norm=true", "layer_types.S.qk_norm=true"},
+           {"pattern=MMFM", "layer_types.M.head_dim=16", "layer_types.F.rope=true", "mamba_d_state=8", "norm_eps=1e-5"}}) {
+    const ModelConfig c = small(sets);
+    const HfImport imp = hf_import_config(hf_export_config(c, {}).config, "config.json");
+    json want = c.to_json(), got = imp.config.to_json();
+    want["pattern"] = c.layer_pattern(), got["pattern"] = imp.config.layer_pattern();  // "F" repeats as "FFFF"
+    if (c.pattern.find('S') == std::string::npos) want.erase("window"), got.erase("window");  // unused without S
+    EXPECT_EQ(got.dump(), want.dump()) << c.pattern;
+    EXPECT_FALSE(imp.tied_embeddings);
+  }
+}
+
+TEST(HfConfig, SmolLM3StyleFullRopeAndNopeLayersImportAsWideWindows) {
+  // SmolLM3-3B: every layer full attention, NoPE on every 4th, tied embeddings, keys left to defaults.
+  const json hf = {{"model_type", "smollm3"}, {"architectures", {"SmolLM3ForCausalLM"}}, {"vocab_size", 300},
+                   {"hidden_size", 32}, {"intermediate_size", 48}, {"num_hidden_layers", 8},
+                   {"num_attention_heads", 2}, {"num_key_value_heads", 1}, {"max_position_embeddings", 64},
+                   {"rope_theta", 5e6}, {"rope_scaling", nullptr}, {"sliding_window", nullptr},
+                   {"pretraining_tp", 2}};
+  const HfImport imp = hf_import_config(hf, "config.json");
+  EXPECT_EQ(imp.config.layer_pattern(), "SSSFSSSF");
+  EXPECT_EQ(imp.config.type('S').window, 64);
+  EXPECT_TRUE(imp.config.type('S').rope);
+  EXPECT_FALSE(imp.config.type('F').rope);
+  EXPECT_EQ(imp.config.head_dim, 16);
+  EXPECT_EQ(imp.config.rope_theta, 5e6);
+  EXPECT_TRUE(imp.tied_embeddings);
+  ASSERT_EQ(imp.notes.size(), 1u);
+}
+
+TEST(HfConfig, ImportRefusalsNameTheKey) {
+  json ok = hf_export_config(small({}), {}).config;
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"model_type", "llama"}}, "'model_type'"},
+      {{{"some_new_option", 1}}, "'some_new_option'"},
+      {{{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}}}}, "rope_parameters.rope_type"},
+      {{{"hidden_act", "gelu"}}, "'hidden_act'"},
+      {{{"attention_bias", true}}, "'attention_bias'"},
+      {{{"no_rope_layers", {1, 1}}}, "'no_rope_layers'"},
+      {{{"layer_types", {"sliding_attention", "chunked_attention", "full_attention", "full_attention"}}},
+       "layer_types[1]"},
+  };
+  for (const auto& [patch, needle] : cases) {
+    json j = ok;
+    j.merge_patch(patch);
+    const std::string msg = error_of([&] { hf_import_config(j, "dir/config.json"); });
+    EXPECT_NE(msg.find(needle), std::string::npos) << "'" << msg << "' should contain " << needle;
+    EXPECT_NE(msg.find("dir/config.json"), std::string::npos) << msg;
+  }
+}
+
+TEST(HfWeights, WrittenAndReadBackGiveBitwiseEqualLogits) {
+  const std::vector<int32_t> ids = {5, 17, 250, 3, 3, 99, 1, 0, 42, 7, 8, 9, 10, 11, 200, 201, 13};  // > window 8
+  for (const auto& sets : std::vector<std::vector<std::string>>{
+           {"pattern=MMFM", "layer_types.M.head_dim=16", "layer_types.F.rope=true", "mamba_d_state=8", "norm_eps=1e-5"},
+           {"pattern=SFSF", "layer_types.F.rope=true", "layer_types.S.rope=false"}}) {
+    const fs::path dir = temp_dir("weights");
+    ModelConfig c = small(sets);
+    Model a(c);
+    a.init(7);
+    const HfExport e = hf_export_config(c, {});
+    write_hf_weights(a, e.architecture, (dir / "model.safetensors").string());
+    if (e.architecture == "BambaForCausalLM") {
+      EXPECT_TRUE(SafeTensorsFile::read((dir / "model.safetensors").string()).has("model.layers.0.mamba.A_log"));
+    }
+    const HfImport imp = hf_import_config(e.config, "config.json");
+    Model b(imp.config);
+    load_hf_weights(dir.string(), imp.architecture, b, false);
+    EXPECT_EQ(logits_of(a, ids), logits_of(b, ids)) << c.pattern;
+  }
+  const fs::path dir = temp_dir("weights");
+  ModelConfig c = small({"pattern=SFSF", "layer_types.F.rope=true", "layer_types.S.rope=false"});
+  Model a(c);
+  write_hf_weights(a, "SmolLM3ForCausalLM", (dir / "model.safetensors").string());
+  const HfImport imp = hf_import_config(hf_export_config(c, {}).config, "config.json");
+
+  // Tied: lm_head absent from the file is the embedding.
+  SafeTensorsFile f = SafeTensorsFile::read((dir / "model.safetensors").string());
+  SafeTensorsWriter w;
+  for (const auto& t : f.tensors())
+    if (t.name != "lm_head.weight") w.add_f32(t.name, t.shape, t.f32());
+  const fs::path tied = temp_dir("tied");
+  w.write((tied / "model.safetensors").string());
+  Model t(imp.config);
+  load_hf_weights(tied.string(), imp.architecture, t, true);
+  const auto& reg = t.registry();
+  const ParamInfo &h = reg.info(reg.find("lm_head.weight")), &e = reg.info(reg.find("model.embed_tokens.weight"));
+  EXPECT_TRUE(std::equal(t.params() + h.offset, t.params() + h.offset + h.shape.numel(), t.params() + e.offset));
+  EXPECT_NE(error_of([&] { load_hf_weights(tied.string(), imp.architecture, t, false); }).find("'lm_head.weight' is missing"),
+            std::string::npos);
+
+  // A tensor that does not belong to the model is named.
+  w.add_f32("model.layers.0.self_attn.q_norm.weight", {16}, t.params());
+  w.write((tied / "model.safetensors").string());
+  EXPECT_NE(error_of([&] { load_hf_weights(tied.string(), imp.architecture, t, true); }).find("q_norm.weight"), std::string::npos);
+}
+
+TEST(HfTokenizer, ByteTokenizerJsonMapsEveryByteToItsIdAndImportsBack) {
+  const fs::path dir = temp_dir("byte");
+  data::ByteTokenizer tok;
+  data::write_hf_tokenizer(tok, dir.string(), 64);
+  const json t = read_json(dir / "tokenizer.json");
+  const json& vocab = t["model"]["vocab"];
+  ASSERT_EQ(vocab.size(), 256u);
+  std::vector<bool> seen(256, false);
+  for (auto& [sym, id] : vocab.items()) seen[id.get<int>()] = true;
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 256);
+  EXPECT_EQ(vocab["A"], 65);                  // printable ASCII stands for itself
+  EXPECT_EQ(vocab["\xc4\xa0"], 32);           // space -> U+0120, the byte-level table's stand-in
+  EXPECT_EQ(vocab["\xc4\x80"], 0);            // byte 0 -> U+0100
+  EXPECT_EQ(t["added_tokens"][0]["id"], 256);
+  EXPECT_EQ(read_json(dir / "tokenizer_config.json")["eos_token"], "<eos>");
+  EXPECT_EQ(data::import_hf_tokenizer(dir.string(), dir.string()).spec, "byte");
+  fs::remove(dir / "tokenizer.json");
+  EXPECT_TRUE(data::import_hf_tokenizer(dir.string(), dir.string()).spec.empty());
+}
+
+namespace {
+
+// transformers' BPE over one word: symbols are characters (bytes <0xNN> for characters outside the
+// vocabulary), then the adjacent pair of lowest merge rank joins, leftmost first, until none is left.
+std::vector<int> replay_bpe(const json& model, const std::string& text) {
+  std::map<std::pair<std::string, std::string>, size_t> rank;
+  for (size_t i = 0; i < model["merges"].size(); ++i)
+    rank[{model["merges"][i][0].get<std::string>(), model["merges"][i][1].get<std::string>()}] = i;
+  std::string s;
+  for (char ch : text) s += ch == ' ' ? std::string("\xe2\x96\x81") : std::string(1, ch);
+  std::vector<std::string> sym;
+  for (size_t i = 0; i < s.size();) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const size_t n = lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
+    const std::string c = s.substr(i, n);
+    if (model["vocab"].contains(c)) {
+      sym.push_back(c);
+    } else {
+      for (char b : c) sym.push_back(fmt::format("<0x{:02X}>", static_cast<unsigned char>(b)));
+    }
+    i += n;
+  }
+  while (true) {
+    size_t best = SIZE_MAX, at = 0;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) {
+      auto it = rank.find({sym[i], sym[i + 1]});
+      if (it != rank.end() && it->second < best) best = it->second, at = i;
+    }
+    if (best == SIZE_MAX) break;
+    sym[at] += sym[at + 1];
+    sym.erase(sym.begin() + static_cast<long>(at) + 1);
+  }
+  std::vector<int> ids;
+  for (auto& x : sym) ids.push_back(model["vocab"][x].get<int>());
+  return ids;
+}
+
+}  // namespace
+
+TEST(HfTokenizer, SentencePieceMergesReplayToTheSameIds) {
+  const fs::path dir = temp_dir("spm");
+  std::vector<std::string> sentences;
+  for (int i = 0; i < 200; ++i)
+    sentences.push_back("The model reads " + std::to_string(i * 37) + " tokens; the window holds the latest ones.\n"
+                        "    indented  code(x) returns x ** 2\n");
+  data::SpmTrainOptions opt;
+  opt.vocab_size = 300;
+  opt.threads = 1;
+  data::train_sentencepiece(sentences, (dir / "m.model").string(), opt);
+  data::SentencePieceTokenizer tok((dir / "m.model").string());
+  const fs::path out = temp_dir("spm_hf");
+  data::write_hf_tokenizer(tok, out.string(), 64);
+  const json t = read_json(out / "tokenizer.json");
+  EXPECT_EQ(t["model"]["vocab"].size(), 300u);
+  EXPECT_EQ(t["model"]["byte_fallback"], true);
+  EXPECT_GT(t["model"]["merges"].size(), 0u);
+  for (const std::string text : {"The model reads 1234 tokens; the window holds the latest ones.",
+                                 "  two  spaces and\ttabs\n", "caf\xc3\xa9 \xf0\x9f\x99\x82 unseen", " x ** 2"})
+  {
+    const std::vector<int32_t> want = tok.encode(text);
+    EXPECT_EQ(replay_bpe(t["model"], text), std::vector<int>(want.begin(), want.end())) << text;
+  }
+  EXPECT_TRUE(fs::exists(out / "tokenizer.model"));
+  const auto imp = data::import_hf_tokenizer(out.string(), temp_dir("spm_import").string());
+  EXPECT_NE(imp.spec.find("tokenizer.model"), std::string::npos);
+}
+
+namespace {
+
+// Runs the hybridlm binary; returns the exit code, stderr in *err.
+int hybridlm(const std::string& args, std::string* err = nullptr) {
+  const fs::path log = kRoot / "stderr.txt";
+  const int st = std::system((std::string(HLM_BINARY) + " " + args + " >/dev/null 2>" + log.string()).c_str());
+  if (err) {
+    std::ifstream f(log);
+    err->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
+
+TEST(HfCli, TrainExportImportThenGenerateAndEvaluate) {
+  const fs::path d = temp_dir("cli");
+  {
+    std::ofstream f(d / "corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "Line " << i << ": the window holds the latest tokens.\n";
+  }
+  ::setenv("HLM_DATA_CACHE", (d / "cache").c_str(), 1);
+  const std::string model = "--set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=1 --set head_dim=16 "
+                            "--set d_ff=48 --set max_seq_len=64 --set window=8 --set pattern=SF ";
+  ASSERT_EQ(hybridlm("train " + model + "--data " + (d / "corpus.txt").string() +
+                     " --tokenizer byte --steps 2 --seq-len 32 --batch 2 --quiet --threads 1 --out " + (d / "run").string()),
+            0);
+  std::string err;
+  ASSERT_EQ(hybridlm("export --ckpt " + (d / "run").string() + " --format hf --out " + (d / "hf").string(), &err), 0) << err;
+  EXPECT_EQ(read_json(d / "hf" / "config.json")["model_type"], "smollm3");
+  ASSERT_EQ(hybridlm("import " + (d / "hf").string() + " --out " + (d / "imported").string(), &err), 0) << err;
+  EXPECT_EQ(read_json(d / "imported" / "run.json")["tokenizer"], "byte");
+  EXPECT_EQ(hybridlm("generate --ckpt " + (d / "imported").string() + " --prompt Line --max-tokens 4 --json", &err), 0)
+      << err;
+  EXPECT_EQ(hybridlm("logits --ckpt " + (d / "imported").string() + " --tokens \"1 2 3\" --out " +
+                     (d / "l.safetensors").string()),
+            0);
+  EXPECT_EQ(SafeTensorsFile::read((d / "l.safetensors").string()).get("logits").shape, Shape({3, 257}));
+
+  // Bad input: one-line errors naming the flag, the token or the key; a refused export writes nothing.
+  EXPECT_NE(hybridlm("export --ckpt " + (d / "run").string() + " --format onnx --out " + (d / "x").string(), &err), 0);
+  EXPECT_NE(err.find("--format 'onnx'"), std::string::npos) << err;
+  EXPECT_NE(hybridlm("logits --ckpt " + (d / "run").string() + " --tokens \"1 999\" --out " + (d / "l2").string(), &err), 0);
+  EXPECT_NE(err.find("'999'"), std::string::npos) << err;
+  json cfg = read_json(d / "hf" / "config.json");
+  cfg["rope_parameters"]["rope_type"] = "yarn";
+  std::ofstream(d / "hf" / "config.json") << cfg.dump();
+  EXPECT_NE(hybridlm("import " + (d / "hf").string() + " --out " + (d / "imported2").string(), &err), 0);
+  EXPECT_NE(err.find("rope_parameters.rope_type"), std::string::npos) << err;
+  ASSERT_EQ(hybridlm("train " + model + "--set pattern=LF --data " + (d / "corpus.txt").string() +
+                     " --tokenizer byte --steps 1 --seq-len 32 --batch 2 --quiet --threads 1 --out " + (d / "runL").string()),
+            0);
+  EXPECT_NE(hybridlm("export --ckpt " + (d / "runL").string() + " --format hf --out " + (d / "hfL").string(), &err), 0);
+  EXPECT_NE(err.find("layer type L (Lightning)"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(d / "hfL"));
+}
