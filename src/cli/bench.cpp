@@ -63,6 +63,7 @@ Command register_bench(CLI::App& app) {
               i64 n = 0;
               model.forward(in.data(), tg.data(), nullptr, o->batch, o->seq_len, &n);
               model.backward(1.0f / static_cast<float>(n * world));
+              dist::barrier();  // time the all-reduce itself, not the wait for a slower rank
               Timer comm;
               dist::allreduce_sum(model.grads(), model.param_floats(), bucket);
               const double c = comm.ms();
