@@ -243,52 +243,91 @@ TEST(Distributed, NonFiniteLossStopsEveryRank) {
   EXPECT_NE(r.err.find("non-finite"), std::string::npos) << r.err;
 }
 
-// kill -9 of rank 1 mid-run: mpirun notices and ends rank 0 within seconds (no rank hangs in a collective).
-TEST(Distributed, AKilledRankEndsTheRunWithinSeconds) {
-  SKIP_WITHOUT_MPI();
-  const fs::path out = tmp_root() / "killed", err = tmp_root() / "killed.err";
-  const std::string cmd = "exec " + mpirun(2) + HLM_BINARY + " train " +
-                          tiny_run(out, "--batch 2", "--steps 1000000") + " >/dev/null 2>" + err.string();
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+// A 2-rank training run of a million steps started in the background (its own process group).
+class BackgroundRun {
+ public:
+  explicit BackgroundRun(const std::string& name) : out_(tmp_root() / name), err_(tmp_root() / (name + ".err")) {
+    const std::string cmd = "exec " + mpirun(2) + HLM_BINARY + " train " +
+                            tiny_run(out_, "--batch 2", "--steps 1000000") + " >/dev/null 2>" + err_.string();
+    pid_ = fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
   }
-  // Rank 1: the process whose environment says OMPI_COMM_WORLD_RANK=1 and whose command line has our run folder.
-  auto find_rank1 = [&]() -> pid_t {
+  ~BackgroundRun() {
+    if (pid_ > 0 && !done_) ::kill(-pid_, SIGKILL), ::waitpid(pid_, nullptr, 0);
+  }
+  // Waits (up to 30 s) until rank 0 has logged two training steps.
+  bool training() const {
+    for (int i = 0; i < 600; ++i, usleep(50000))
+      if (fs::exists(out_ / "metrics.jsonl") && losses(out_).size() >= 2) return true;
+    return false;
+  }
+  // The pid of rank r: its environment says OMPI_COMM_WORLD_RANK=r and its command line has our run folder.
+  pid_t rank_pid(int r) const {
     for (const auto& e : fs::directory_iterator("/proc")) {
       const std::string name = e.path().filename().string();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
       std::string cmdline = slurp(e.path() / "cmdline"), env = slurp(e.path() / "environ");
-      if (cmdline.find(out.string()) == std::string::npos || cmdline.find("mpirun") != std::string::npos) continue;
-      if (env.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos) return std::stoi(name);
+      if (cmdline.find(out_.string()) == std::string::npos || cmdline.find("mpirun") != std::string::npos) continue;
+      if (env.find("OMPI_COMM_WORLD_RANK=" + std::to_string(r) + '\0') != std::string::npos) return std::stoi(name);
     }
     return -1;
-  };
-  // Wait until training runs (metrics rows appear), then kill rank 1.
-  pid_t victim = -1;
-  for (int i = 0; i < 600 && victim < 0; ++i) {
-    usleep(50000);
-    if (fs::exists(out / "metrics.jsonl") && losses(out).size() >= 2) victim = find_rank1();
   }
-  if (victim < 0) ::kill(-pid, SIGKILL);
-  ASSERT_GT(victim, 0) << "rank 1 not found; stderr: " << slurp(err);
-  const auto t0 = std::chrono::steady_clock::now();
+  // Waits up to 30 s for mpirun to exit; returns the seconds waited (>= 30: still running) and its status.
+  double wait_exit(int* status) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double waited = 0;
+    while (waited < 30) {
+      if (::waitpid(pid_, status, WNOHANG) == pid_) {
+        done_ = true;
+        return waited;
+      }
+      usleep(20000);
+      waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return waited;
+  }
+  pid_t mpirun_pid() const { return pid_; }
+  const fs::path& out() const { return out_; }
+  std::string err() const { return slurp(err_); }
+
+ private:
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  bool done_ = false;
+};
+
+// kill -9 of rank 1 mid-run: mpirun notices and ends rank 0 within seconds (no rank hangs in a collective).
+TEST(Distributed, AKilledRankEndsTheRunWithinSeconds) {
+  SKIP_WITHOUT_MPI();
+  BackgroundRun run("killed");
+  ASSERT_TRUE(run.training()) << run.err();
+  const pid_t victim = run.rank_pid(1);
+  ASSERT_GT(victim, 0) << "rank 1 not found; stderr: " << run.err();
   ::kill(victim, SIGKILL);
   int st = 0;
-  pid_t done = 0;
-  double waited = 0;
-  while ((done = ::waitpid(pid, &st, WNOHANG)) == 0 && waited < 30) {
-    usleep(20000);
-    waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  if (done == 0) ::kill(-pid, SIGKILL), ::waitpid(pid, &st, 0);
-  ASSERT_NE(done, 0) << "mpirun still running 30 s after rank 1 was killed";
-  EXPECT_LT(waited, 10.0);
+  const double waited = run.wait_exit(&st);
+  ASSERT_LT(waited, 10.0) << "mpirun still running after rank 1 was killed";
   EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  const std::string e = slurp(err);
-  EXPECT_NE(e.find("exited on signal 9"), std::string::npos) << e;
+  EXPECT_NE(run.err().find("exited on signal 9"), std::string::npos) << run.err();
   std::printf("mpirun ended %.2f s after rank 1 was killed\n", waited);
+}
+
+// SIGUSR1 to mpirun (forwarded to every rank) is the graceful stop: the ranks agree to stop after the
+// step, rank 0 saves a checkpoint, and all exit 130.
+TEST(Distributed, SigUsr1ToMpirunSavesAndStopsEveryRank) {
+  SKIP_WITHOUT_MPI();
+  BackgroundRun run("usr1");
+  ASSERT_TRUE(run.training()) << run.err();
+  ::kill(run.mpirun_pid(), SIGUSR1);
+  int st = 0;
+  const double waited = run.wait_exit(&st);
+  ASSERT_LT(waited, 10.0) << "mpirun still running after SIGUSR1";
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130) << run.err();
+  EXPECT_TRUE(fs::exists(run.out() / "latest")) << run.err();
+  EXPECT_NE(run.err().find("interrupted at step"), std::string::npos) << run.err();
 }
