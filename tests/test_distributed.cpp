@@ -89,7 +89,7 @@ TEST(SweepSlurm, EmitsOneArrayTaskPerRun) {
   std::ifstream f(script);
   const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   for (const char* want : {"#SBATCH --array=0-3\n", "#SBATCH --ntasks=2\n", "#SBATCH --cpus-per-task=4\n",
-                           "#SBATCH --time=1:00:00\n", "#SBATCH --partition=cpu\n", "  3)  # gdn-s1-3\n",
+                           "#SBATCH --time=1:00:00\n", "#SBATCH --chdir=", "#SBATCH --partition=cpu\n", "  3)  # gdn-s1-3\n",
                            "sweep/gdn-s1-3/latest ]", "--steps 3", "--resume"})
     EXPECT_NE(s.find(want), std::string::npos) << want << " not in\n" << s;
   EXPECT_EQ(s.find("  4)"), std::string::npos);

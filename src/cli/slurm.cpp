@@ -44,6 +44,7 @@ std::string slurm_array_script(const std::vector<SlurmRun>& runs, const SlurmOpt
   s += fmt::format("#SBATCH --ntasks={}\n", o.ranks);
   if (o.threads > 0) s += fmt::format("#SBATCH --cpus-per-task={}\n", o.threads);
   if (!o.log_dir.empty()) s += fmt::format("#SBATCH --output={}/slurm-%A_%a.log\n", o.log_dir);
+  if (!o.workdir.empty()) s += fmt::format("#SBATCH --chdir={}\n", o.workdir);
   for (auto& line : extra) s += "#SBATCH " + line + "\n";
   s += "set -euo pipefail\n";
   s += fmt::format("HLM={}\n", shell_quote(o.exe));

@@ -16,6 +16,7 @@ struct SlurmOptions {
   std::string job_name = "hybridlm";
   std::string exe;                  // absolute path of hybridlm (the same on every node)
   std::string log_dir;              // slurm-<job>_<task>.log files
+  std::string workdir;              // the tasks run here (relative run folders in the plan resolve here)
   int ranks = 1;                    // MPI ranks per run (srun -n)
   int threads = 0;                  // OpenMP threads per rank (--cpus-per-task; 0 = leave to Slurm)
   std::vector<std::string> sbatch;  // extra #SBATCH lines, e.g. "partition=cpu", "--time=04:00:00"

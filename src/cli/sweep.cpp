@@ -438,6 +438,7 @@ int emit_slurm(const Plan& p, SlurmOptions so, const std::string& file) {
     runs.push_back({r.name, r.dir, train_command(r, p, false), train_command(r, p, true)});
   so.exe = self_exe();
   so.log_dir = fs::absolute(p.out).string();
+  so.workdir = fs::current_path().string();
   so.job_name = "hlm-" + fs::path(p.file).stem().string();
   const std::string script = slurm_array_script(runs, so);
   fs::create_directories(p.out);
