@@ -11,6 +11,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece          # BPE tokenizer
   zlib1g-dev                                  # .gz corpus files
   liblbfgs-dev                                # L-BFGS for scaling-law fits
+  libopenmpi-dev openmpi-bin                  # MPI: data-parallel training under mpirun/srun (docs/distributed.md)
   nlohmann-json3-dev libcli11-dev libfmt-dev  # config/JSON, CLI, formatting
   libgtest-dev libbenchmark-dev               # tests, micro-benchmarks
   python3.11-doc linux-doc-6.1                # the built-in default corpus (reST sources)

@@ -1,4 +1,6 @@
-// hybridlm bench: training-step speed (forward + backward + AdamW) of a config on random tokens.
+// hybridlm bench: training-step speed (forward + backward + AdamW) of a config on random tokens. Under
+// mpirun each rank trains its own --batch rows and the gradients are summed over ranks as in `train`
+// (docs/distributed.md): tokens/s is then the whole job's, and the all-reduce time is reported.
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "train/distributed.h"
 #include "train/optimizer.h"
 
 namespace hlm::cli {
@@ -20,17 +23,21 @@ Command register_bench(CLI::App& app) {
     i64 batch = 8, seq_len = 1024;
     int steps = 5, warmup = 2, threads = 0;
     bool json = false;
+    double bucket_mb = 0;
   };
   auto o = std::make_shared<Opts>();
   o->model.add(sub);
-  sub->add_option("--batch", o->batch, "rows per step")->capture_default_str();
+  sub->add_option("--batch", o->batch, "rows per step (per rank under MPI)")->capture_default_str();
+  sub->add_option("--allreduce-bucket-mb", o->bucket_mb, "MPI: gradient all-reduce bucket in MiB (0 = one call)")
+      ->capture_default_str();
   sub->add_option("--seq-len", o->seq_len, "tokens per row")->capture_default_str();
   sub->add_option("--steps", o->steps, "timed steps (median reported)")->capture_default_str();
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps")->capture_default_str();
   sub->add_flag("--json", o->json, "print a JSON result on stdout");
   add_threads_flag(sub, &o->threads);
   return {sub, [o]() -> int {
-            apply_threads(o->threads);
+            const int world = dist::world_size();
+            apply_threads(o->threads == 0 && world > 1 ? dist::default_threads() : o->threads);
             ModelConfig cfg = o->model.resolve();
             if (o->seq_len > cfg.max_seq_len) {
               nlohmann::json j = cfg.to_json();
@@ -42,35 +49,44 @@ Command register_bench(CLI::App& app) {
             AdamW opt(model.registry(), AdamWConfig{});
             const i64 N = o->batch * o->seq_len;
             std::vector<int32_t> in(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
-            Rng rng(7);
+            Rng rng(7 + static_cast<std::uint64_t>(dist::rank()));
             for (i64 i = 0; i < N; ++i) {
               in[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
               tg[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
             }
             model.plan(o->batch, o->seq_len);
-            std::vector<double> ms;
+            std::vector<double> ms, comm_ms;
+            const i64 bucket = static_cast<i64>(o->bucket_mb * (1 << 20) / sizeof(float));
             for (int s = 0; s < o->warmup + o->steps; ++s) {
               Timer t;
               model.zero_grad();
               i64 n = 0;
               model.forward(in.data(), tg.data(), nullptr, o->batch, o->seq_len, &n);
-              model.backward(1.0f / static_cast<float>(n));
+              model.backward(1.0f / static_cast<float>(n * world));
+              dist::barrier();  // time the all-reduce itself, not the wait for a slower rank
+              Timer comm;
+              dist::allreduce_sum(model.grads(), model.param_floats(), bucket);
+              const double c = comm.ms();
               opt.clip(model.grads());
               opt.step(model.params(), model.grads(), 1e-3);
-              if (s >= o->warmup) ms.push_back(t.ms());
-              if (!o->json) fmt::print(stderr, "\rbench step {}/{}: {:.1f} ms", s + 1, o->warmup + o->steps, t.ms());
+              if (s >= o->warmup) ms.push_back(t.ms()), comm_ms.push_back(c);
+              if (!o->json && dist::is_root()) fmt::print(stderr, "\rbench step {}/{}: {:.1f} ms", s + 1, o->warmup + o->steps, t.ms());
             }
-            if (!o->json) fmt::print(stderr, "\n");
+            if (!o->json && dist::is_root()) fmt::print(stderr, "\n");
             std::sort(ms.begin(), ms.end());
+            std::sort(comm_ms.begin(), comm_ms.end());
             const double med = ms[ms.size() / 2];
             const ModelFlops f = model.flops(o->seq_len);
-            const double tps = static_cast<double>(N) / (med / 1e3);
+            const double tps = static_cast<double>(N) * world / (med / 1e3);
             nlohmann::json r = {{"pattern", cfg.layer_pattern()}, {"params", model.num_params()},
                                 {"batch", o->batch}, {"seq_len", o->seq_len}, {"step_ms", med},
                                 {"step_ms_min", ms.front()}, {"step_ms_max", ms.back()},
                                 {"train_tokens_per_s", tps}, {"train_flops_per_token", f.train_per_token},
                                 {"train_gflops", tps * f.train_per_token / 1e9}, {"peak_rss_mb", peak_rss_mb()},
-                                {"threads", omp_get_max_threads()}};
+                                {"threads", omp_get_max_threads()}, {"mpi", dist::backend()},
+                                {"ranks", world}, {"allreduce_ms", comm_ms[comm_ms.size() / 2]},
+                                {"gradient_mb", model.param_floats() * 4.0 / (1 << 20)}};
+            if (!dist::is_root()) return 0;
             if (o->json) print_json(r);
             else fmt::print("{}\n", r.dump(2));
             return 0;

@@ -4,11 +4,16 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "train/distributed.h"
 
 int main(int argc, char** argv) {
+  // MPI starts here when an MPI launcher started us (mpirun -np N hybridlm train ...; docs/distributed.md).
+  hlm::dist::Session mpi(&argc, &argv);
   CLI::App app{"hybridlm: build, train, evaluate and dissect hybrid language models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "hybridlm 0.1.0");
+  app.set_version_flag("--version", fmt::format("hybridlm 0.1.0 (MPI: {})", hlm::dist::built_with_mpi()
+                                                    ? hlm::dist::backend()
+                                                    : std::string("none, single-process build")));
   std::vector<hlm::cli::Command> cmds = hlm::cli::all_commands(app);
   try {
     app.parse(argc, argv);
@@ -18,10 +23,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& c : cmds)
       if (c.sub->parsed()) return c.run();
-  } catch (const hlm::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
+    // With several ranks the others may be waiting in a collective: end them all (MPI_Abort).
+    if (hlm::dist::world_size() > 1) hlm::dist::abort(1, e.what());
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }

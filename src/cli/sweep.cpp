@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/slurm.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "eval/scaling.h"
@@ -422,10 +423,35 @@ std::string now_iso() {
 struct SweepOpts {
   std::string plan;
   bool dry_run = false, json = false;
+  std::string emit_slurm;  // write a Slurm array script (cli/slurm.h) instead of training
+  SlurmOptions slurm;
 };
+
+// --emit-slurm: one array task per run, each resuming its run folder when it has a checkpoint.
+int emit_slurm(const Plan& p, SlurmOptions so, const std::string& file) {
+  if (so.ranks > 1 && p.budget_unit == "tokens")
+    fail("{}: --slurm-ranks {} with token budgets would train {}x the tokens (each rank adds its batch); give "
+         "train.batch / {} rows per rank in the plan and use --slurm-ranks 1, or budgets in steps",
+         p.file, so.ranks, so.ranks, so.ranks);
+  std::vector<SlurmRun> runs;
+  for (auto& r : p.runs)
+    runs.push_back({r.name, r.dir, train_command(r, p, false), train_command(r, p, true)});
+  so.exe = self_exe();
+  so.log_dir = fs::absolute(p.out).string();
+  so.workdir = fs::current_path().string();
+  so.job_name = "hlm-" + fs::path(p.file).stem().string();
+  const std::string script = slurm_array_script(runs, so);
+  fs::create_directories(p.out);
+  write_file_atomic(file, script);
+  fs::permissions(file, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  fmt::print(stderr, "wrote {}: a Slurm array of {} runs ({} rank(s) each); submit with: sbatch {}\n", file,
+             runs.size(), so.ranks, file);
+  return 0;
+}
 
 int run_sweep(const SweepOpts& o) {
   Plan p = load_plan(o.plan);
+  if (!o.emit_slurm.empty()) return emit_slurm(p, o.slurm, o.emit_slurm);
   const std::string exe = self_exe();
   json runs = json::array();
   std::vector<OnDisk> disk;
@@ -567,6 +593,13 @@ Command register_sweep(CLI::App& app) {
   sub->add_option("plan", o->plan, "plan JSON file (docs/scaling.md)")->required();
   sub->add_flag("--dry-run", o->dry_run, "list the runs and what would happen; train nothing");
   sub->add_flag("--json", o->json, "print one JSON object (the runs and their status)");
+  sub->add_option("--emit-slurm", o->emit_slurm, "write a Slurm job-array script (one task per run) and exit");
+  sub->add_option("--slurm-ranks", o->slurm.ranks, "with --emit-slurm: MPI ranks per run (srun -n)")
+      ->capture_default_str();
+  sub->add_option("--slurm-threads", o->slurm.threads, "with --emit-slurm: CPUs (OpenMP threads) per rank")
+      ->capture_default_str();
+  sub->add_option("--slurm-option", o->slurm.sbatch, "with --emit-slurm: an extra #SBATCH option, e.g. time=4:00:00 or partition=cpu")
+      ->allow_extra_args(false);
   return {sub, [o]() -> int { return run_sweep(*o); }};
 }
 

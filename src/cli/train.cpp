@@ -1,5 +1,7 @@
 // hybridlm train: a model from a preset/config on a corpus, with periodic validation, checkpoints and
 // exact resume. With --json, ends by printing one JSON object with the run's summary.
+#include <omp.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -9,7 +11,9 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/data_stream.h"
+#include "train/distributed.h"
 #include "train/trainer.h"
 #include "train/niah_mix.h"
 #include "data/tokenizer.h"
@@ -28,6 +32,7 @@ Command register_train(CLI::App& app) {
     bool resume = false, json = false, check_numerics = false, quiet = false;
     TrainConfig t;
     int threads = 0, niah_digits = 7;
+    double bucket_mb = 0;
     double mix_niah = 0;
     std::string mix_haystack = "corpus";
     std::vector<std::string> evals;
@@ -40,7 +45,7 @@ Command register_train(CLI::App& app) {
   sub->add_option("--tokenizer", o->tokenizer, "byte | bpe:N | path/to.model (default bpe:4096)");
   sub->add_option("--steps", o->t.steps, "optimizer steps (total, also when resuming)")->capture_default_str();
   sub->add_option("--seq-len", o->t.seq_len, "tokens per row")->capture_default_str();
-  sub->add_option("--batch", o->t.batch, "rows per micro-batch")->capture_default_str();
+  sub->add_option("--batch", o->t.batch, "rows per micro-batch (per rank under MPI)")->capture_default_str();
   sub->add_option("--grad-accum", o->t.grad_accum, "micro-batches per optimizer step")->capture_default_str();
   sub->add_option("--lr", o->t.schedule.lr, "peak learning rate")->capture_default_str();
   sub->add_option("--schedule", o->t.schedule.kind, "wsd | cosine | constant")->capture_default_str();
@@ -71,10 +76,18 @@ Command register_train(CLI::App& app) {
   sub->add_flag("--check-numerics", o->check_numerics, "stop at the first non-finite tensor and name it");
   sub->add_flag("--quiet", o->quiet, "no progress line");
   add_threads_flag(sub, &o->threads);
+  sub->add_option("--allreduce-bucket-mb", o->bucket_mb,
+                  "MPI: gradient all-reduce bucket in MiB (0 = the whole gradient in one call)")
+      ->capture_default_str();
 
   return {sub, [o]() -> int {
-            apply_threads(o->threads);
+            // Under MPI: ranks x threads (docs/distributed.md); rank 0 alone prints and writes.
+            const int world = dist::world_size();
+            apply_threads(o->threads == 0 && world > 1 ? dist::default_threads() : o->threads);
+            if (!dist::is_root()) o->quiet = true;
             TrainConfig t = o->t;
+            if (o->bucket_mb < 0) fail("--allreduce-bucket-mb must be >= 0, got {}", o->bucket_mb);
+            t.allreduce_bucket_floats = static_cast<i64>(o->bucket_mb * (1 << 20) / sizeof(float));
             t.out_dir = o->out;
             t.check_numerics = o->check_numerics;
             t.quiet = o->quiet;
@@ -108,6 +121,16 @@ Command register_train(CLI::App& app) {
                 t.schedule.decay_fraction = rt.value("decay_fraction", t.schedule.decay_fraction);
                 t.adamw.weight_decay = rt.value("weight_decay", t.adamw.weight_decay);
                 t.adamw.grad_clip = rt.value("grad_clip", t.adamw.grad_clip);
+                // The global batch is the run's; a different number of ranks re-splits it (docs/distributed.md).
+                const i64 global = rt.value("global_batch", t.batch * t.grad_accum);
+                const BatchSplit split = split_global_batch(global, world, t.batch);
+                if (split.batch != t.batch || split.grad_accum != t.grad_accum) {
+                  if (!o->quiet)
+                    fmt::print(stderr, "note: global batch {} on {} ranks: --batch {} --grad-accum {} (was {} x {})\n",
+                               global, world, split.batch, split.grad_accum, t.batch, t.grad_accum);
+                  t.batch = split.batch;
+                  t.grad_accum = split.grad_accum;
+                }
                 o->mix_niah = rt.value("mix_niah", o->mix_niah);
                 o->mix_haystack = rt.value("mix_haystack", o->mix_haystack);
                 digits = rt.value("niah_digits", 7);  // runs from before the flag used 7
@@ -119,7 +142,11 @@ Command register_train(CLI::App& app) {
             }
             data::PrepareOptions popt;
             popt.quiet = o->quiet;
-            data::Dataset ds = data::prepare_dataset(data_spec, tok_spec, "", popt);
+            // Rank 0 tokenizes into the shared dataset cache first; the other ranks then find it ready.
+            data::Dataset ds;
+            if (dist::is_root()) ds = data::prepare_dataset(data_spec, tok_spec, "", popt);
+            dist::barrier();
+            if (!dist::is_root()) ds = data::prepare_dataset(data_spec, tok_spec, "", popt);
             if (!o->resume && cfg.vocab_size != ds.vocab_size) {
               if (!o->quiet)
                 fmt::print(stderr, "note: vocab_size {} -> {} to match the tokenizer ({})\n", cfg.vocab_size,
@@ -143,16 +170,20 @@ Command register_train(CLI::App& app) {
             lo.batch = static_cast<int>(t.batch);
             lo.seq_len = static_cast<int>(t.seq_len);
             lo.seed = t.seed;
+            lo.rank = dist::rank();
+            lo.world_size = world;
             ShardBatchStream train(train_shard, lo);
             data::LoaderOptions vo = lo;
             vo.mode = data::SampleMode::kSequential;
+            vo.rank = 0;  // every rank holds the whole validation set; the trainer shares it out
+            vo.world_size = 1;
             ShardBatchStream val(val_shard, vo);
 
             // From here on Ctrl-C is caught: the loop saves after the step in progress (or after the first step when
             // it comes during the rest of the setup) and exits with 130. Installed before run.json is written, so a
             // run folder with run.json always has the handler in place.
             install_interrupt_handler();
-            if (!o->out.empty()) {
+            if (!o->out.empty() && dist::is_root()) {
               fs::create_directories(o->out);
               write_file_atomic((fs::path(o->out) / "config.json").string(), cfg.to_json().dump(2) + "\n");
               run["data"] = data_spec;
@@ -160,7 +191,8 @@ Command register_train(CLI::App& app) {
               run["tokenizer"] = ds.tokenizer_spec;
               run["train"] = {{"mix_niah", o->mix_niah}, {"mix_haystack", o->mix_haystack},
                               {"niah_digits", digits}, {"steps", t.steps}, {"batch", t.batch}, {"seq_len", t.seq_len},
-                              {"grad_accum", t.grad_accum}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
+                              {"grad_accum", t.grad_accum}, {"world_size", world},
+                              {"global_batch", t.batch * t.grad_accum * world}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
                               {"warmup", t.schedule.warmup}, {"decay_fraction", t.schedule.decay_fraction},
                               {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.adamw.grad_clip},
                               {"seed", t.seed}};
@@ -175,7 +207,7 @@ Command register_train(CLI::App& app) {
               else if (o->mix_haystack == "corpus") mix_hay = std::make_unique<Haystack>(train_shard, *tok);
               else fail("--mix-haystack must be corpus or noise, got '{}'", o->mix_haystack);
               mixed = std::make_unique<NiahMixStream>(train, *tok, *mix_hay, o->mix_niah, t.seed ^ 0x5eedULL,
-                                                       digits);
+                                                       digits, dist::rank() * t.batch);
             }
             Trainer trainer(model, t, mixed ? static_cast<BatchStream&>(*mixed) : train, &val);
             // Extra evaluations logged with each validation row (scaling fits read them from metrics.jsonl).
@@ -221,18 +253,21 @@ Command register_train(CLI::App& app) {
               trainer.resume(ckpt);
               if (!o->quiet) fmt::print(stderr, "resumed from {}\n", ckpt);
             }
+            if (!o->quiet && world > 1)
+              fmt::print(stderr, "data parallel: {} ranks x {} threads; global batch {} = {} ranks x {} rows x {} accum\n",
+                         world, omp_get_max_threads(), t.batch * t.grad_accum * world, world, t.batch, t.grad_accum);
             if (!o->quiet) {
               fmt::print(stderr, "model: {} layers [{}], d_model {}, {:.2f}M params; data: {} ({} train tokens, vocab {})\n",
                          cfg.n_layers, cfg.layer_pattern(), cfg.d_model, model.num_params() / 1e6, ds.dir,
                          train_shard->n_tokens(), ds.vocab_size);
             }
             TrainResult r = trainer.run();
-            if (o->json) {
+            if (o->json && dist::is_root()) {
               print_json({{"steps", r.steps}, {"tokens", r.tokens}, {"first_val_loss", r.first_val_loss},
                           {"final_val_loss", r.final_val_loss}, {"final_train_loss", r.final_train_loss},
                           {"train_tokens_per_s", r.train_tokens_per_s}, {"train_gflops", r.train_gflops},
                           {"step_ms", r.step_ms}, {"checkpoint", r.checkpoint}, {"params", model.num_params()},
-                          {"interrupted", r.interrupted}});
+                          {"interrupted", r.interrupted}, {"world_size", world}, {"allreduce_ms", r.allreduce_ms}});
             }
             return r.interrupted ? 130 : 0;
           }};

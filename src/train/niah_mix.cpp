@@ -9,7 +9,7 @@ void NiahMixStream::next(Batch& b) {
   const std::uint64_t k = counter_++;
   const i64 T = b.T;
   for (i64 r = 0; r < b.B; ++r) {
-    Rng rng(seed_ ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ (0xbf58476d1ce4e5b9ULL * static_cast<std::uint64_t>(r + 1)));
+    Rng rng(seed_ ^ (0x9e3779b97f4a7c15ULL * (k + 1)) ^ (0xbf58476d1ce4e5b9ULL * static_cast<std::uint64_t>(row_offset_ + r + 1)));
     if (rng.uniform() >= fraction_) continue;
     NiahCase c = make_niah_case(tok_, hay_, prompt_length(T), rng.uniform(), rng, value_digits_);
     std::vector<int32_t> seq = c.prompt;

@@ -2,7 +2,9 @@
 // Mixes needle-in-a-haystack sequences into a training stream: each row is, with probability `fraction`,
 // replaced by a NIAH prompt followed by its answer (" {value}.") and more haystack, exactly T+1 tokens.
 // This is how a small model is taught retrieval so retrieval heads can form (issue: Large-Window Laziness).
-// Deterministic: the choice and content of row r of the k-th batch depend only on (seed, k, r).
+// Deterministic: the choice and content of row r of the k-th batch depend only on (seed, k, r), where r
+// counts rows of the whole micro-batch over all ranks (a rank's rows start at `row_offset` = rank x batch),
+// so N ranks x batch b mix the same rows as one process x batch N*b.
 #include "data/niah_task.h"
 #include "train/trainer.h"
 
@@ -11,8 +13,14 @@ namespace hlm {
 class NiahMixStream final : public BatchStream {
  public:
   NiahMixStream(BatchStream& base, const data::Tokenizer& tok, const Haystack& hay, double fraction,
-                std::uint64_t seed, int value_digits = 7)
-      : base_(base), tok_(tok), hay_(hay), fraction_(fraction), value_digits_(value_digits), seed_(seed) {}
+                std::uint64_t seed, int value_digits = 7, i64 row_offset = 0)
+      : base_(base),
+        tok_(tok),
+        hay_(hay),
+        fraction_(fraction),
+        value_digits_(value_digits),
+        row_offset_(row_offset),
+        seed_(seed) {}
   void next(Batch& b) override;
   // The NIAH prompt length inside a row of T tokens (the rest holds the answer and more haystack): the
   // length a model trained on these rows is evaluated at.
@@ -30,6 +38,7 @@ class NiahMixStream final : public BatchStream {
   const Haystack& hay_;
   double fraction_;
   int value_digits_;
+  i64 row_offset_;
   std::uint64_t seed_, counter_ = 0;
 };
 

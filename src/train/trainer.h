@@ -1,6 +1,9 @@
 #pragma once
 // The training loop: gradient accumulation, clipping, AdamW, LR schedule, a live progress line,
 // periodic validation, metrics JSONL, atomic checkpoints, exact resume, NaN stop, Ctrl-C save.
+// Data-parallel over the ranks of train/distributed.h (docs/distributed.md): each rank's BatchStream
+// yields its own rows of every global batch, gradients, token counts and losses are summed over ranks,
+// rank 0 alone writes metrics and checkpoints, and a stop (Ctrl-C, end) is agreed by all ranks.
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,8 +33,9 @@ class BatchStream {
 
 struct TrainConfig {
   long steps = 200;
-  i64 batch = 8, seq_len = 256;
+  i64 batch = 8, seq_len = 256;  // batch: rows per micro-batch on each rank
   int grad_accum = 1;
+  i64 allreduce_bucket_floats = 0;  // gradient all-reduce bucket (0 = the whole buffer at once)
   AdamWConfig adamw;
   ScheduleConfig schedule;
   long eval_every = 50;      // 0 = only at the start and the end
@@ -50,6 +54,7 @@ struct TrainResult {
   double tokens = 0;         // training tokens seen in total
   double first_val_loss = 0, final_val_loss = 0, final_train_loss = 0;
   double train_tokens_per_s = 0, train_gflops = 0, step_ms = 0;
+  double allreduce_ms = 0;   // mean time per step in the gradient all-reduce (0 on one rank)
   std::string checkpoint;    // folder of the last checkpoint written
   bool interrupted = false;
   std::vector<double> losses;  // training loss of each step run in this call
@@ -65,7 +70,7 @@ class Trainer {
   void resume(const std::string& ckpt_dir);
   TrainResult run();
   void set_eval_hook(EvalHook h) { eval_hook_ = std::move(h); }
-  // Mean validation loss over the fixed validation batches.
+  // Mean validation loss over the fixed validation batches (shared round-robin among the ranks).
   double evaluate();
   // Extra JSON saved in trainer_state.json (e.g. data and tokenizer specs).
   void set_run_info(nlohmann::json info) { run_info_ = std::move(info); }
@@ -73,6 +78,10 @@ class Trainer {
  private:
   nlohmann::json trainer_state(long step) const;
   void log_metrics(const nlohmann::json& row);
+  // Sums the gradients over the ranks; returns the seconds it took.
+  double sync_gradients();
+  // With grad_accum > 1: adds micro-batch m's gradient (computed from zero) to the step's sum.
+  void accumulate_micro_batch(size_t m);
 
   Model& model_;
   TrainConfig cfg_;
@@ -85,9 +94,13 @@ class Trainer {
   EvalHook eval_hook_;
   nlohmann::json run_info_ = nlohmann::json::object();
   std::vector<Batch> val_batches_;
+  aligned_vector<float> grad_acc_;  // the step's gradient sum while micro-batches run (grad_accum > 1)
+  size_t micro_count_ = 1;
+  int world_ = 1;
+  bool writer_ = true;  // rank 0: writes metrics, checkpoints and the progress line
 };
 
-// Ctrl-C handling: the first SIGINT/SIGTERM sets a flag the loop checks after each step.
+// Ctrl-C handling: the first SIGINT/SIGTERM/SIGUSR1 sets a flag the loop checks after each step.
 void install_interrupt_handler();
 bool interrupted();
 

@@ -1,0 +1,333 @@
+// Data-parallel training under mpirun (docs/distributed.md), run with
+// `mpirun --allow-run-as-root --oversubscribe -np 2`: 2 ranks x batch b train exactly like one process
+// x batch b x grad-accum 2 and like one process x batch 2b up to fp32 summation order; a checkpoint
+// resumes across world sizes on the same curve; a killed rank or a non-finite loss ends every rank.
+// Skipped (with the reason) when mpirun is absent or hybridlm was built without MPI. ctest label: mpi.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+const fs::path& tmp_root() {
+  static fs::path p = [] {
+    fs::path d = fs::temp_directory_path() / ("hlm_mpi_test_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d / "corpus");
+    for (int i = 0; i < 6; ++i) {
+      std::ofstream f(d / "corpus" / ("doc" + std::to_string(i) + ".txt"));
+      for (int j = 0; j < 200; ++j) f << "Document " << i << " line " << j << ": the quick brown fox jumps " << i * j << ".\n";
+    }
+    ::setenv("HLM_DATA_CACHE", (d / "cache").c_str(), 1);
+    return d;
+  }();
+  return p;
+}
+
+// Removes this process's run folders when the tests end.
+class CleanUp : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(tmp_root()); }
+};
+const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
+// Why the MPI tests cannot run here ("" when they can).
+std::string skip_reason() {
+  static std::string why = [] () -> std::string {
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) return "mpirun not found (apt-get install openmpi-bin)";
+    const fs::path v = fs::temp_directory_path() / ("hlm_mpi_version_" + std::to_string(::getpid()));
+    std::system((std::string(HLM_BINARY) + " --version >" + v.string() + " 2>&1").c_str());
+    std::string s = slurp(v);
+    fs::remove(v);
+    if (s.find("MPI: none") != std::string::npos) return "hybridlm was built without MPI (HLM_MPI=OFF or no MPI found)";
+    return "";
+  }();
+  return why;
+}
+
+#define SKIP_WITHOUT_MPI()                                                    \
+  do {                                                                        \
+    if (!skip_reason().empty()) GTEST_SKIP() << "MPI tests skipped: " << skip_reason(); \
+  } while (0)
+
+std::string mpirun(int np) {
+  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " -x HLM_DATA_CACHE ";
+}
+
+// One run of `hybridlm train` (on `np` ranks under mpirun when np > 0, else as a plain process).
+Result train(int np, const std::string& args) {
+  const fs::path err = tmp_root() / "stderr.txt";
+  const std::string cmd = (np > 0 ? mpirun(np) : std::string()) + HLM_BINARY + " train " + args + " >/dev/null 2>" +
+                          err.string();
+  int st = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.err = slurp(err);
+  return r;
+}
+
+// `schedule`: steps, learning-rate and checkpoint flags (a test replaces them whole: a flag may be given once).
+std::string tiny_run(const fs::path& out, const std::string& batch,
+                     const std::string& schedule = "--steps 20 --lr 3e-3 --warmup 2 --ckpt-every 10") {
+  return "--preset swa128-nope --set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=2 "
+         "--set head_dim=16 --set d_ff=64 --set max_seq_len=64 --set window=8 --threads 1 --data " +
+         (tmp_root() / "corpus").string() + " --tokenizer byte --seq-len 32 " + schedule +
+         " --eval-every 0 --eval-batches 2 --keep-checkpoints 0 --quiet --out " + out.string() + " " +
+         batch;
+}
+
+std::vector<double> losses(const fs::path& run) {
+  std::vector<double> l;
+  std::ifstream f(run / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) l.push_back(j["loss"].get<double>());
+  }
+  return l;
+}
+
+std::vector<float> weights(const fs::path& ckpt) {
+  auto f = hlm::SafeTensorsFile::read((ckpt / "model.safetensors").string());
+  std::vector<float> w;
+  for (const auto& name : f.names()) {
+    auto v = f.get(name).to_f32();
+    w.insert(w.end(), v.begin(), v.end());
+  }
+  return w;
+}
+
+// A copy of a run folder whose `latest` names step 10, to resume from the middle of the run.
+fs::path copy_at_step_10(const fs::path& run, const std::string& name) {
+  const fs::path c = tmp_root() / name;
+  fs::remove_all(c);
+  fs::copy(run, c, fs::copy_options::recursive);
+  fs::remove_all(c / "checkpoints" / "step_00000020");
+  std::ofstream(c / "latest") << "step_00000010\n";
+  // Keep the first 10 steps' metrics so the resumed run's rows follow them.
+  std::vector<std::string> rows;
+  {
+    std::ifstream f(c / "metrics.jsonl");
+    for (std::string line; std::getline(f, line);)
+      if (nlohmann::json::parse(line).value("step", 0) <= 10) rows.push_back(line);
+  }
+  std::ofstream f(c / "metrics.jsonl", std::ios::trunc);
+  for (auto& r : rows) f << r << "\n";
+  return c;
+}
+
+// The three reference runs shared by the tests: 2 ranks x batch 2, 1 process x batch 2 x accum 2, and
+// 1 process x batch 4 (same global batch of 4 rows, same data).
+struct Runs {
+  fs::path dp, accum, wide;
+};
+const Runs& runs() {
+  static Runs r = [] {
+    Runs x{tmp_root() / "dp2", tmp_root() / "accum2", tmp_root() / "batch4"};
+    Result a = train(2, tiny_run(x.dp, "--batch 2"));
+    EXPECT_EQ(a.code, 0) << a.err;
+    Result b = train(0, tiny_run(x.accum, "--batch 2 --grad-accum 2"));
+    EXPECT_EQ(b.code, 0) << b.err;
+    Result c = train(0, tiny_run(x.wide, "--batch 4"));
+    EXPECT_EQ(c.code, 0) << c.err;
+    return x;
+  }();
+  return r;
+}
+
+}  // namespace
+
+// Bitwise: with 2 ranks the all-reduce adds two partial gradients, g0 + g1 (float addition is commutative,
+// so whichever rank adds), and one process with grad-accum 2 computes each micro-batch's gradient from
+// zero and adds them the same way (Trainer::accumulate_micro_batch); losses and token counts likewise.
+TEST(Distributed, TwoRanksEqualOneProcessWithGradAccumBitwise) {
+  SKIP_WITHOUT_MPI();
+  const Runs& r = runs();
+  const std::vector<double> dp = losses(r.dp), acc = losses(r.accum);
+  ASSERT_EQ(dp.size(), 20u);
+  EXPECT_EQ(acc, dp);  // every step's loss, bit for bit
+  EXPECT_EQ(weights(r.dp / "checkpoints" / "step_00000020"), weights(r.accum / "checkpoints" / "step_00000020"));
+  auto run = nlohmann::json::parse(slurp(r.dp / "run.json"));
+  EXPECT_EQ(run["train"]["world_size"], 2);
+  EXPECT_EQ(run["train"]["global_batch"], 4);
+}
+
+// One process x batch 4 sums the same 4 rows' gradients inside each matmul (a K = 4*32-term fp32 dot
+// product) instead of as two 64-term halves, so results differ by fp32 summation order only. Tolerance:
+// reordering a K-term fp32 sum changes it by at most about K * 2^-24 relative to the sum of magnitudes
+// (~1e-5 for K = 128); AdamW's m / sqrt(v) passes a relative gradient change through to the update, so
+// after 20 steps the weights differ by at most ~20 * lr * 1e-5 = 6e-7 absolute and the losses (~5 at
+// the start, gradient norm ~1) by about the same; 1e-5 relative on each loss and 1e-4 relative RMS on the
+// weights leave an order of magnitude of margin and would still catch a wrong row or scale (>= 1e-2).
+TEST(Distributed, TwoRanksMatchOneProcessWithTwiceTheBatchToFp32Tolerance) {
+  SKIP_WITHOUT_MPI();
+  const std::vector<double> dp = losses(runs().dp), wide = losses(runs().wide);
+  ASSERT_EQ(dp.size(), 20u);
+  ASSERT_EQ(wide.size(), dp.size());
+  double worst = 0;
+  for (size_t i = 0; i < dp.size(); ++i) {
+    const double rel = std::abs(dp[i] - wide[i]) / std::abs(wide[i]);
+    worst = std::max(worst, rel);
+    EXPECT_LT(rel, 1e-5) << "step " << i + 1 << ": " << dp[i] << " vs " << wide[i];
+  }
+  std::vector<float> a = weights(runs().dp / "checkpoints" / "step_00000020"),
+                     b = weights(runs().wide / "checkpoints" / "step_00000020");
+  ASSERT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-4);
+  std::printf("2 ranks x batch 2 vs 1 x batch 4: worst loss rel diff %.3g, weight rel RMS diff %.3g\n", worst,
+              std::sqrt(num / den));
+}
+
+// A checkpoint of 2 ranks resumes on 1 (batch 2 x accum 2) and one of 1 process on 2 ranks (batch 2 x
+// accum 1): the global batch and the data position are global, so the curve goes on bit for bit.
+TEST(Distributed, ResumeAcrossWorldSizesContinuesTheCurve) {
+  SKIP_WITHOUT_MPI();
+  const Runs& r = runs();
+  const std::vector<double> want = losses(r.accum);
+  ASSERT_EQ(want.size(), 20u);
+  const fs::path to1 = copy_at_step_10(r.dp, "dp2_to_1"), to2 = copy_at_step_10(r.accum, "accum2_to_2");
+  Result a = train(0, tiny_run(to1, "--resume"));
+  ASSERT_EQ(a.code, 0) << a.err;
+  Result b = train(2, tiny_run(to2, "--resume"));
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(losses(to1), want) << a.err;
+  EXPECT_EQ(losses(to2), want) << b.err;
+  auto run1 = nlohmann::json::parse(slurp(to1 / "run.json"))["train"];
+  EXPECT_EQ(run1["world_size"], 1);
+  EXPECT_EQ(run1["grad_accum"], 2);
+  auto run2 = nlohmann::json::parse(slurp(to2 / "run.json"))["train"];
+  EXPECT_EQ(run2["world_size"], 2);
+  EXPECT_EQ(run2["grad_accum"], 1);
+  EXPECT_EQ(weights(to1 / "checkpoints" / "step_00000020"), weights(r.accum / "checkpoints" / "step_00000020"));
+  // A global batch that does not split over the ranks is a clear error.
+  Result c = train(3, tiny_run(copy_at_step_10(r.dp, "dp2_to_3"), "--resume"));
+  EXPECT_NE(c.code, 0);
+  EXPECT_NE(c.err.find("does not split evenly over 3 ranks"), std::string::npos) << c.err;
+}
+
+// A non-finite loss is seen by every rank (the loss is all-reduced): all stop with the error.
+TEST(Distributed, NonFiniteLossStopsEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const fs::path out = tmp_root() / "nan";
+  Result r = train(2, tiny_run(out, "--batch 2 --grad-clip 0", "--steps 20 --lr 1e30 --schedule constant --warmup 1"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("non-finite"), std::string::npos) << r.err;
+}
+
+// A 2-rank training run of a million steps started in the background (its own process group).
+class BackgroundRun {
+ public:
+  explicit BackgroundRun(const std::string& name) : out_(tmp_root() / name), err_(tmp_root() / (name + ".err")) {
+    const std::string cmd = "exec " + mpirun(2) + HLM_BINARY + " train " +
+                            tiny_run(out_, "--batch 2", "--steps 1000000") + " >/dev/null 2>" + err_.string();
+    pid_ = fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~BackgroundRun() {
+    if (pid_ > 0 && !done_) ::kill(-pid_, SIGKILL), ::waitpid(pid_, nullptr, 0);
+  }
+  // Waits (up to 30 s) until rank 0 has logged two training steps.
+  bool training() const {
+    for (int i = 0; i < 600; ++i, usleep(50000))
+      if (fs::exists(out_ / "metrics.jsonl") && losses(out_).size() >= 2) return true;
+    return false;
+  }
+  // The pid of rank r: its environment says OMPI_COMM_WORLD_RANK=r and its command line has our run folder.
+  pid_t rank_pid(int r) const {
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmdline = slurp(e.path() / "cmdline"), env = slurp(e.path() / "environ");
+      if (cmdline.find(out_.string()) == std::string::npos || cmdline.find("mpirun") != std::string::npos) continue;
+      if (env.find("OMPI_COMM_WORLD_RANK=" + std::to_string(r) + '\0') != std::string::npos) return std::stoi(name);
+    }
+    return -1;
+  }
+  // Waits up to 30 s for mpirun to exit; returns the seconds waited (>= 30: still running) and its status.
+  double wait_exit(int* status) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double waited = 0;
+    while (waited < 30) {
+      if (::waitpid(pid_, status, WNOHANG) == pid_) {
+        done_ = true;
+        return waited;
+      }
+      usleep(20000);
+      waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return waited;
+  }
+  pid_t mpirun_pid() const { return pid_; }
+  const fs::path& out() const { return out_; }
+  std::string err() const { return slurp(err_); }
+
+ private:
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  bool done_ = false;
+};
+
+// kill -9 of rank 1 mid-run: mpirun notices and ends rank 0 within seconds (no rank hangs in a collective).
+TEST(Distributed, AKilledRankEndsTheRunWithinSeconds) {
+  SKIP_WITHOUT_MPI();
+  BackgroundRun run("killed");
+  ASSERT_TRUE(run.training()) << run.err();
+  const pid_t victim = run.rank_pid(1);
+  ASSERT_GT(victim, 0) << "rank 1 not found; stderr: " << run.err();
+  ::kill(victim, SIGKILL);
+  int st = 0;
+  const double waited = run.wait_exit(&st);
+  ASSERT_LT(waited, 10.0) << "mpirun still running after rank 1 was killed";
+  EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  EXPECT_NE(run.err().find("exited on signal 9"), std::string::npos) << run.err();
+  std::printf("mpirun ended %.2f s after rank 1 was killed\n", waited);
+}
+
+// SIGUSR1 to mpirun (forwarded to every rank) is the graceful stop: the ranks agree to stop after the
+// step, rank 0 saves a checkpoint, and all exit 130.
+TEST(Distributed, SigUsr1ToMpirunSavesAndStopsEveryRank) {
+  SKIP_WITHOUT_MPI();
+  BackgroundRun run("usr1");
+  ASSERT_TRUE(run.training()) << run.err();
+  ::kill(run.mpirun_pid(), SIGUSR1);
+  int st = 0;
+  const double waited = run.wait_exit(&st);
+  ASSERT_LT(waited, 10.0) << "mpirun still running after SIGUSR1";
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130) << run.err();
+  EXPECT_TRUE(fs::exists(run.out() / "latest")) << run.err();
+  EXPECT_NE(run.err().find("interrupted at step"), std::string::npos) << run.err();
+}
