@@ -19,16 +19,22 @@ Command register_bench(CLI::App& app) {
     ModelFlags model;
     i64 batch = 8, seq_len = 1024;
     int steps = 5, warmup = 2, threads = 0;
+    double max_memory = 0;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
   o->model.add(sub);
-  sub->add_option("--batch", o->batch, "rows per step")->capture_default_str();
-  sub->add_option("--seq-len", o->seq_len, "tokens per row")->capture_default_str();
-  sub->add_option("--steps", o->steps, "timed steps (median reported)")->capture_default_str();
-  sub->add_option("--warmup", o->warmup, "untimed warm-up steps")->capture_default_str();
+  sub->add_option("--batch", o->batch, "rows per step")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
+  sub->add_option("--seq-len", o->seq_len, "tokens per row")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
+  sub->add_option("--steps", o->steps, "timed steps (median reported)")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  sub->add_option("--warmup", o->warmup, "untimed warm-up steps")->capture_default_str()
+      ->check(in_range(0, 1 << 20));
   sub->add_flag("--json", o->json, "print a JSON result on stdout");
   add_threads_flag(sub, &o->threads);
+  add_max_memory_flag(sub, &o->max_memory);
   return {sub, [o]() -> int {
             apply_threads(o->threads);
             ModelConfig cfg = o->model.resolve();
@@ -37,6 +43,11 @@ Command register_bench(CLI::App& app) {
               j["max_seq_len"] = o->seq_len;
               cfg = ModelConfig::from_json(j, "bench config");
             }
+            MemoryUse mem;
+            mem.training = true;
+            mem.batch = o->batch;
+            mem.seq_len = o->seq_len;
+            check_memory("bench", cfg, mem, o->max_memory);
             Model model(cfg);
             model.init(1);
             AdamW opt(model.registry(), AdamWConfig{});

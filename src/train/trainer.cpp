@@ -7,9 +7,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/timer.h"
 #include "train/checkpoint.h"
 
@@ -75,8 +75,7 @@ nlohmann::json Trainer::trainer_state(long step) const {
 
 void Trainer::log_metrics(const nlohmann::json& row) {
   if (cfg_.out_dir.empty()) return;
-  std::ofstream f(std::filesystem::path(cfg_.out_dir) / "metrics.jsonl", std::ios::app);
-  f << row.dump() << "\n";
+  append_file((std::filesystem::path(cfg_.out_dir) / "metrics.jsonl").string(), row.dump() + "\n");
 }
 
 double Trainer::evaluate() {
