@@ -12,57 +12,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_harness.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-const fs::path& tmp_root() {
-  static fs::path p = [] {
-    fs::path d = fs::temp_directory_path() / ("hlm_cli_test_" + std::to_string(::getpid()));
-    fs::create_directories(d / "corpus");
-    for (int i = 0; i < 6; ++i) {
-      std::ofstream f(d / "corpus" / ("doc" + std::to_string(i) + ".txt"));
-      for (int j = 0; j < 200; ++j) f << "Document " << i << " line " << j << ": the quick brown fox jumps.\n";
-    }
-    fs::create_directories(d / "empty");
-    ::setenv("HLM_DATA_CACHE", (d / "cache").c_str(), 1);
-    return d;
-  }();
-  return p;
-}
-
-Result run(const std::string& args) {
-  const fs::path d = tmp_root();
-  const std::string out = (d / "stdout.txt").string(), err = (d / "stderr.txt").string();
-  std::string cmd = std::string(HLM_BINARY) + " " + args + " >" + out + " 2>" + err;
-  int st = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  };
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-std::string tiny_model() {
-  return "--preset swa128-nope --set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=2 "
-         "--set head_dim=16 --set d_ff=64 --set max_seq_len=64 --set window=8 --threads 1 ";
-}
-std::string corpus() { return "--data " + (tmp_root() / "corpus").string() + " --tokenizer byte "; }
-
-void expect_error(const Result& r, const std::string& needle) {
-  EXPECT_NE(r.code, 0) << "stdout: " << r.out;
-  EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
-}
+// Short names for the shared CLI harness (tests/cli_harness.h).
+using Result = hlm::testing::CliResult;
+const fs::path& tmp_root() { return hlm::testing::cli_tmp_root(); }
+Result run(const std::string& args) { return hlm::testing::run_cli(args); }
+std::string tiny_model() { return hlm::testing::tiny_model_flags(); }
+std::string corpus() { return hlm::testing::tiny_corpus_flags(); }
+void expect_error(const Result& r, const std::string& needle) { hlm::testing::expect_cli_error(r, needle); }
 
 }  // namespace
 

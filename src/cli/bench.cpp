@@ -22,19 +22,26 @@ Command register_bench(CLI::App& app) {
     ModelFlags model;
     i64 batch = 8, seq_len = 1024;
     int steps = 5, warmup = 2, threads = 0;
+    double max_memory = 0;
     bool json = false;
     double bucket_mb = 0;
   };
   auto o = std::make_shared<Opts>();
   o->model.add(sub);
-  sub->add_option("--batch", o->batch, "rows per step (per rank under MPI)")->capture_default_str();
+  sub->add_option("--batch", o->batch, "rows per step (per rank under MPI)")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
   sub->add_option("--allreduce-bucket-mb", o->bucket_mb, "MPI: gradient all-reduce bucket in MiB (0 = one call)")
-      ->capture_default_str();
-  sub->add_option("--seq-len", o->seq_len, "tokens per row")->capture_default_str();
-  sub->add_option("--steps", o->steps, "timed steps (median reported)")->capture_default_str();
-  sub->add_option("--warmup", o->warmup, "untimed warm-up steps")->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0));
+  sub->add_option("--seq-len", o->seq_len, "tokens per row")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
+  sub->add_option("--steps", o->steps, "timed steps (median reported)")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  sub->add_option("--warmup", o->warmup, "untimed warm-up steps")->capture_default_str()
+      ->check(in_range(0, 1 << 20));
   sub->add_flag("--json", o->json, "print a JSON result on stdout");
   add_threads_flag(sub, &o->threads);
+  add_max_memory_flag(sub, &o->max_memory);
   return {sub, [o]() -> int {
             const int world = dist::world_size();
             apply_threads(o->threads == 0 && world > 1 ? dist::default_threads() : o->threads);
@@ -44,6 +51,11 @@ Command register_bench(CLI::App& app) {
               j["max_seq_len"] = o->seq_len;
               cfg = ModelConfig::from_json(j, "bench config");
             }
+            MemoryUse mem;
+            mem.training = true;
+            mem.batch = o->batch;
+            mem.seq_len = o->seq_len;
+            check_memory("bench", cfg, mem, o->max_memory);
             Model model(cfg);
             model.init(1);
             AdamW opt(model.registry(), AdamWConfig{});

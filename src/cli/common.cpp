@@ -2,11 +2,16 @@
 
 #include <omp.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "model/memory_estimate.h"
 
 namespace hlm::cli {
 
@@ -19,8 +24,41 @@ void ModelFlags::add(CLI::App* app) {
 
 ModelConfig ModelFlags::resolve() const { return resolve_config(preset, config_file, overrides); }
 
+CLI::Validator in_range(double lo, double hi) {
+  const std::string range = fmt::format("[{:g}, {}", lo, std::isinf(hi) ? "inf)" : fmt::format("{:g}]", hi));
+  return CLI::Validator(
+      [lo, hi, range](std::string& input) -> std::string {
+        const char* s = input.c_str();
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(s, &end);
+        if (end == s || *end != '\0') return fmt::format("expected a number in {}, got '{}'", range, input);
+        if (!std::isfinite(v) || v < lo || v > hi) return fmt::format("{} is outside {}", input, range);
+        return std::string();
+      },
+      range);
+}
+
+CLI::Validator at_least(double lo) { return in_range(lo, std::numeric_limits<double>::infinity()); }
+
+CLI::Validator seed_range() { return in_range(0, 9223372036854775807.0); }
+
 void add_threads_flag(CLI::App* app, int* threads) {
-  app->add_option("--threads", *threads, "OpenMP threads (0 = all cores)")->default_val(0);
+  app->add_option("--threads", *threads, "OpenMP threads (0 = all cores)")->default_val(0)->check(in_range(0, 4096));
+}
+
+void add_max_memory_flag(CLI::App* app, double* gib) {
+  app->add_option("--max-memory", *gib, "most memory this command may use, in GiB (default: the machine's)")
+      ->check(in_range(0.001, 1e9));
+}
+
+void check_memory(const std::string& what, const ModelConfig& cfg, const MemoryUse& use, double max_memory_gib) {
+  const MemoryEstimate e = estimate_memory(cfg, use);
+  const double limit = max_memory_gib > 0 ? max_memory_gib * 1024.0 * 1024 * 1024 : machine_memory_bytes();
+  if (e.total() > limit)
+    fail("{} needs an estimated {}, over {} {}; use a smaller model, batch or length{}", what, e.describe(),
+         max_memory_gib > 0 ? "--max-memory" : "this machine's memory", format_bytes(limit),
+         max_memory_gib > 0 ? "" : " (or set --max-memory if the estimate is wrong)");
 }
 
 void apply_threads(int threads) {
@@ -39,7 +77,8 @@ int niah_digits(int flag, const nlohmann::json& run) {
     if (flag < 1) fail("--niah-digits must be >= 1, got {}", flag);
     return flag;
   }
-  if (run.contains("train") && run["train"].contains("niah_digits")) return run["train"]["niah_digits"].get<int>();
+  if (run.contains("train") && run["train"].contains("niah_digits") && run["train"]["niah_digits"].is_number_integer())
+    return run["train"]["niah_digits"].get<int>();
   return 7;
 }
 
@@ -58,18 +97,37 @@ double peak_rss_mb() {
   return 0;
 }
 
+nlohmann::json parse_run_json(const std::string& path) {
+  const std::string text = read_text_file(path, "run.json", std::size_t{16} << 20);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: malformed JSON: {}", path, e.what());
+  }
+  if (!j.is_object()) fail("{}: expected a JSON object", path);
+  for (const char* k : {"data", "tokenizer", "dataset_dir"})
+    if (j.contains(k) && !j[k].is_string()) fail("{}: field '{}' must be a string", path, k);
+  if (j.contains("train")) {
+    const auto& t = j["train"];
+    if (!t.is_object()) fail("{}: field 'train' must be an object", path);
+    for (const char* k : {"steps", "batch", "seq_len", "grad_accum", "warmup", "niah_digits", "seed"})
+      if (t.contains(k) && !t[k].is_number_integer()) fail("{}: field 'train.{}' must be an integer", path, k);
+    for (const char* k : {"lr", "decay_fraction", "weight_decay", "grad_clip", "mix_niah"})
+      if (t.contains(k) && !t[k].is_number()) fail("{}: field 'train.{}' must be a number", path, k);
+    for (const char* k : {"schedule", "mix_haystack"})
+      if (t.contains(k) && !t[k].is_string()) fail("{}: field 'train.{}' must be a string", path, k);
+    if (t.contains("niah_digits") && t["niah_digits"].get<long>() < 1)
+      fail("{}: field 'train.niah_digits' must be >= 1", path);
+  }
+  return j;
+}
+
 nlohmann::json read_run_config(const std::string& dir) {
   namespace fs = std::filesystem;
   fs::path p(dir);
   for (int up = 0; up < 3 && !p.empty(); ++up) {
-    if (fs::exists(p / "run.json")) {
-      std::ifstream f(p / "run.json");
-      try {
-        return nlohmann::json::parse(f);
-      } catch (const nlohmann::json::parse_error& e) {
-        fail("{}: malformed JSON: {}", (p / "run.json").string(), e.what());
-      }
-    }
+    if (fs::exists(p / "run.json")) return parse_run_json((p / "run.json").string());
     p = p.parent_path();
   }
   return nlohmann::json::object();
@@ -81,13 +139,23 @@ nlohmann::json read_run_config(const std::string& dir) {
 
 namespace hlm::cli {
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, double max_memory_gib) {
   LoadedModel m;
   m.ckpt_dir = resolve_checkpoint(path);
-  m.model = std::make_unique<Model>(load_checkpoint_config(m.ckpt_dir));
+  const ModelConfig cfg = load_checkpoint_config(m.ckpt_dir);
+  check_memory("loading " + m.ckpt_dir, cfg, MemoryUse{}, max_memory_gib);
+  m.model = std::make_unique<Model>(cfg);
   load_model_params(m.ckpt_dir, *m.model);
   m.run = read_run_config(m.ckpt_dir);
   return m;
+}
+
+std::unique_ptr<data::Tokenizer> tokenizer_for(const LoadedModel& lm, const std::string& spec) {
+  auto tok = data::load_tokenizer(spec);
+  if (tok->vocab_size() > lm.model->config().vocab_size)
+    fail("tokenizer {} has {} tokens but the model in {} has vocab_size {}; use the run's tokenizer", spec,
+         tok->vocab_size(), lm.ckpt_dir, lm.model->config().vocab_size);
+  return tok;
 }
 
 }  // namespace hlm::cli

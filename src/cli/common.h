@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/memory_estimate.h"
 
 namespace hlm::cli {
 
@@ -17,6 +18,19 @@ struct ModelFlags {
   ModelConfig resolve() const;
   bool given() const { return !preset.empty() || !config_file.empty() || !overrides.empty(); }
 };
+
+// Parse-time range checks for numeric flags: NaN, infinities and values outside [lo, hi] are refused before any
+// work, and CLI11 prefixes the flag's name ("--lr: -1 is outside [0, inf)"). Also applied to each item of a list.
+CLI::Validator in_range(double lo, double hi);
+CLI::Validator at_least(double lo);
+// Seeds: integers in [0, 2^63) (a negative seed used to wrap to 2^64-1).
+CLI::Validator seed_range();
+
+// --max-memory GIB: the most a command may allocate (default: the machine's memory).
+void add_max_memory_flag(CLI::App* app, double* gib);
+// Estimates the memory of `use` with `cfg` and refuses (hlm::Error, the estimate and its parts in the message)
+// when it is over --max-memory or the machine's memory. `what` names the work ("training", "generate").
+void check_memory(const std::string& what, const ModelConfig& cfg, const MemoryUse& use, double max_memory_gib);
 
 // --threads N (0 = all cores): sets OpenMP's thread count.
 void add_threads_flag(CLI::App* app, int* threads);
@@ -33,6 +47,8 @@ void print_json(const nlohmann::json& j);
 // Peak resident set size of this process in MiB (VmHWM).
 double peak_rss_mb();
 
+// Reads and type-checks a run.json (hlm::Error naming the file and field).
+nlohmann::json parse_run_json(const std::string& path);
 // A run folder's config.json (written by `train`): {"model": ..., "train": ..., "data": ..., "tokenizer": ...}.
 nlohmann::json read_run_config(const std::string& run_or_ckpt_dir);
 
@@ -40,6 +56,7 @@ nlohmann::json read_run_config(const std::string& run_or_ckpt_dir);
 
 #include <memory>
 
+#include "data/tokenizer.h"
 #include "model/model.h"
 
 namespace hlm::cli {
@@ -50,6 +67,11 @@ struct LoadedModel {
   std::string ckpt_dir;
   nlohmann::json run;  // run.json of the run folder ({} when absent)
 };
-LoadedModel load_model(const std::string& run_or_ckpt);
+// The checkpoint's weights must fit in memory (check_memory) and be finite (load_model_params).
+LoadedModel load_model(const std::string& run_or_ckpt, double max_memory_gib = 0);
+
+// Loads the tokenizer `spec` for a loaded model, refused (naming both) when its ids would not fit the model's
+// vocabulary, e.g. a BPE tokenizer on a byte-level model.
+std::unique_ptr<data::Tokenizer> tokenizer_for(const LoadedModel& lm, const std::string& spec);
 
 }  // namespace hlm::cli

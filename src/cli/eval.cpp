@@ -1,5 +1,6 @@
 // hybridlm eval <task>: evaluations of a trained checkpoint. `ppl`: validation loss and perplexity.
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 
 #include "cli/commands.h"
@@ -26,21 +27,25 @@ struct PplOpts {
   int buckets = 8;
   bool json = false;
   int threads = 0;
+  double max_memory = 0;
 };
 
 // "512" -> 512; "2x" -> 2 * train_len.
 i64 parse_length(const std::string& s, i64 train_len) {
-  try {
-    if (!s.empty() && (s.back() == 'x' || s.back() == 'X')) return static_cast<i64>(std::stod(s.substr(0, s.size() - 1)) * train_len);
-    return std::stol(s);
-  } catch (const std::exception&) {
-    fail("--lengths: cannot read '{}' (use token counts like 512 or multiples of the training length like 2x)", s);
-  }
+  const bool times = !s.empty() && (s.back() == 'x' || s.back() == 'X');
+  const std::string num = times ? s.substr(0, s.size() - 1) : s;
+  char* end = nullptr;
+  const double v = std::strtod(num.c_str(), &end);
+  const double len = times ? v * static_cast<double>(train_len) : v;
+  if (num.empty() || *end != '\0' || !std::isfinite(len) || len < 2 || len > double(1 << 30) ||
+      (!times && len != std::floor(len)))
+    fail("--lengths: cannot read '{}' (use token counts >= 2 like 512, or multiples of the training length like 2x)", s);
+  return static_cast<i64>(len);
 }
 
 int run_ppl(const PplOpts& o) {
   apply_threads(o.threads);
-  LoadedModel lm = load_model(o.ckpt);
+  LoadedModel lm = load_model(o.ckpt, o.max_memory);
   Model& model = *lm.model;
   std::string data_spec = o.data.empty() ? lm.run.value("data", std::string("default")) : o.data;
   std::string tok = lm.run.value("tokenizer", std::string());
@@ -54,6 +59,14 @@ int run_ppl(const PplOpts& o) {
   std::vector<i64> lens;
   if (o.lengths.empty()) lens.push_back(o.seq_len > 0 ? o.seq_len : train_len);
   for (auto& s : o.lengths) lens.push_back(parse_length(s, train_len));
+  for (i64 L : lens) {  // every length's batch must fit before the first is scored
+    MemoryUse mem;
+    mem.batch = std::max<i64>(1, std::min(o.tokens_per_batch / L, (o.max_tokens + L - 1) / L));
+    mem.seq_len = L;
+    mem.extra_bytes = 4.0 * static_cast<double>(mem.batch * L);  // per-token losses
+    check_memory(fmt::format("eval ppl at length {} ({} rows per batch)", L, mem.batch), model.config(), mem,
+                 o.max_memory);
+  }
   auto shard = std::make_shared<data::TokenShard>(ds.val_path);
   nlohmann::json by_len = nlohmann::json::array();
   LinePlot plot{"loss by position", "position in the sequence", "mean loss (nats)", false, false, {}};
@@ -117,7 +130,7 @@ RunData open_run_data(const LoadedModel& lm, const std::string& data_override, b
   data::PrepareOptions popt;
   popt.quiet = quiet;
   r.ds = data::prepare_dataset(data_spec, lm.run.value("tokenizer", std::string()), "", popt);
-  r.tok = data::load_tokenizer(r.ds.tokenizer_spec);
+  r.tok = tokenizer_for(lm, r.ds.tokenizer_spec);
   r.val = std::make_shared<data::TokenShard>(r.ds.val_path);
   r.train_len = lm.run.contains("train") ? lm.run["train"].value("seq_len", i64{256}) : 256;
   return r;
@@ -281,26 +294,35 @@ Command register_eval(CLI::App& app) {
   auto* p = sub->add_subcommand("ppl", "validation loss and perplexity");
   p->add_option("--ckpt", ppl->ckpt, "run folder or checkpoint folder")->required();
   p->add_option("--data", ppl->data, "dataset (default: the run's)");
-  p->add_option("--seq-len", ppl->seq_len, "tokens per row (default: the run's training length)");
+  p->add_option("--seq-len", ppl->seq_len, "tokens per row (default: the run's training length)")
+      ->check(in_range(0, 1 << 30));
   p->add_option("--lengths", ppl->lengths, "evaluate at these lengths: token counts or multiples of the training "
                 "length, e.g. 1x,2x,4x,8x")->delimiter(',');
-  p->add_option("--buckets", ppl->buckets, "position buckets for loss by position")->capture_default_str();
-  p->add_option("--tokens-per-batch", ppl->tokens_per_batch, "rows per batch = this / length")->capture_default_str();
-  p->add_option("--max-tokens", ppl->max_tokens, "validation tokens per length (at most)")->capture_default_str();
+  p->add_option("--buckets", ppl->buckets, "position buckets for loss by position")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  p->add_option("--tokens-per-batch", ppl->tokens_per_batch, "rows per batch = this / length")->capture_default_str()
+      ->check(at_least(1));
+  p->add_option("--max-tokens", ppl->max_tokens, "validation tokens per length (at most)")->capture_default_str()
+      ->check(at_least(1));
   p->add_option("--plot", ppl->plot, "write loss by position as an SVG line chart");
   p->add_flag("--json", ppl->json, "print a JSON result on stdout");
   add_threads_flag(p, &ppl->threads);
+  add_max_memory_flag(p, &ppl->max_memory);
   auto niah = std::make_shared<NiahOpts>();
   auto* n = sub->add_subcommand("niah", "needle-in-a-haystack accuracy over lengths x depths");
   n->add_option("--ckpt", niah->ckpt, "run folder or checkpoint folder")->required();
   n->add_option("--data", niah->data, "dataset for the haystack (default: the run's)");
   n->add_option("--lengths", niah->lengths, "prompt lengths: tokens or multiples of the training length (2x)")
       ->delimiter(',');
-  n->add_option("--depths", niah->depths, "needle depths in [0, 1]")->delimiter(',')->capture_default_str();
-  n->add_option("--samples", niah->samples, "needles per (length, depth) cell")->capture_default_str();
-  n->add_option("--haystack", niah->haystack, "corpus | noise")->capture_default_str();
+  n->add_option("--depths", niah->depths, "needle depths in [0, 1]")->delimiter(',')->capture_default_str()
+      ->check(in_range(0, 1));
+  n->add_option("--samples", niah->samples, "needles per (length, depth) cell")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  n->add_option("--haystack", niah->haystack, "corpus | noise")->capture_default_str()
+      ->check(CLI::IsMember({"corpus", "noise"}));
   add_niah_digits_flag(n, &niah->digits);
-  n->add_option("--seed", niah->seed, "seed for keys, values and haystack positions")->capture_default_str();
+  n->add_option("--seed", niah->seed, "seed for keys, values and haystack positions")->capture_default_str()
+      ->check(seed_range());
   n->add_option("--plot", niah->plot, "write the depth x length heatmap (SVG)");
   n->add_flag("--json", niah->json, "print a JSON result on stdout");
   add_threads_flag(n, &niah->threads);
@@ -311,9 +333,11 @@ Command register_eval(CLI::App& app) {
   ru->add_option("--lengths", ruler->lengths, "prompt lengths: tokens or multiples of the training length")->delimiter(',');
   ru->add_option("--tasks", ruler->tasks, "subset of tasks (default: all synthetic ones, + qa with --qa-file)")
       ->delimiter(',');
-  ru->add_option("--samples", ruler->samples, "samples per task and length")->capture_default_str();
+  ru->add_option("--samples", ruler->samples, "samples per task and length")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
   ru->add_option("--qa-file", ruler->qa_file, "JSONL of {question, answers, documents} for the qa task");
-  ru->add_option("--seed", ruler->seed, "generator seed")->capture_default_str();
+  ru->add_option("--seed", ruler->seed, "generator seed")->capture_default_str()
+      ->check(seed_range());
   ru->add_option("--plot", ruler->plot, "write score by length per task (SVG)");
   ru->add_flag("--json", ruler->json, "print a JSON result on stdout");
   add_threads_flag(ru, &ruler->threads);
@@ -322,12 +346,18 @@ Command register_eval(CLI::App& app) {
   l->add_option("--ckpt", lp->ckpt, "run folder or checkpoint folder (the evaluated model)")->required();
   l->add_option("--evaluator", lp->evaluator, "checkpoint that picks key tokens (default: the model itself)");
   l->add_option("--data", lp->data, "dataset (default: the run's); documents come from its validation split");
-  l->add_option("--doc-len", lp->doc_len, "tokens per document")->capture_default_str();
-  l->add_option("--docs", lp->docs, "number of documents")->capture_default_str();
-  l->add_option("--trunc-len", lp->c.trunc_len, "short context K")->capture_default_str();
-  l->add_option("--block", lp->c.block, "scored block size")->capture_default_str();
-  l->add_option("--alpha", lp->c.alpha, "LSD threshold (nats)")->capture_default_str();
-  l->add_option("--beta", lp->c.beta, "LCL threshold (log-prob)")->capture_default_str();
+  l->add_option("--doc-len", lp->doc_len, "tokens per document")->capture_default_str()
+      ->check(in_range(2, 1 << 30));
+  l->add_option("--docs", lp->docs, "number of documents")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  l->add_option("--trunc-len", lp->c.trunc_len, "short context K")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
+  l->add_option("--block", lp->c.block, "scored block size")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
+  l->add_option("--alpha", lp->c.alpha, "LSD threshold (nats)")->capture_default_str()
+      ->check(in_range(-1e30, 1e30));
+  l->add_option("--beta", lp->c.beta, "LCL threshold (log-prob)")->capture_default_str()
+      ->check(in_range(-1e30, 1e30));
   l->add_option("--plot", lp->plot, "write full vs truncated-context loss of the first document (SVG)");
   l->add_flag("--json", lp->json, "print a JSON result on stdout");
   add_threads_flag(l, &lp->threads);

@@ -18,7 +18,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // Flag errors read like every other error (one "error: " line naming the flag): a sweep quotes it as the reason.
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
   }
   try {
     for (auto& c : cmds)

@@ -29,7 +29,7 @@ ProbeData open_probe_data(const LoadedModel& lm, const std::string& data_overrid
   popt.quiet = quiet;
   auto ds = data::prepare_dataset(data_override.empty() ? lm.run.value("data", std::string("default")) : data_override,
                                   lm.run.value("tokenizer", std::string()), "", popt);
-  r.tok = data::load_tokenizer(ds.tokenizer_spec);
+  r.tok = tokenizer_for(lm, ds.tokenizer_spec);
   r.val = std::make_shared<data::TokenShard>(ds.val_path);
   r.train_len = lm.run.contains("train") ? lm.run["train"].value("seq_len", i64{256}) : 256;
   return r;
@@ -223,9 +223,15 @@ int run_am(const AmOpts& o) {
   LoadedModel lm = load_model(o.ckpt);
   const std::string spec = lm.run.value("tokenizer", std::string());
   if (spec.empty()) fail("{}: no tokenizer recorded in run.json", lm.ckpt_dir);
-  auto tok = data::load_tokenizer(spec);
+  auto tok = tokenizer_for(lm, spec);
   auto ids = tok->encode(o.prompt);
   if (ids.empty()) fail("--prompt is empty");
+  MemoryUse mem;  // one forward over the prompt, and the T x T map (as floats, then as text in the SVG / JSON)
+  const i64 T = static_cast<i64>(ids.size());
+  mem.batch = 1;
+  mem.seq_len = T;
+  mem.extra_bytes = 24.0 * static_cast<double>(T) * static_cast<double>(T);
+  check_memory(fmt::format("probe attention-map ({} prompt tokens)", T), lm.model->config(), mem, 0);
   auto m = attention_map(*lm.model, ids, o.layer, o.head);
   if (!o.plot.empty()) {
     Heatmap h;
@@ -258,14 +264,20 @@ Command register_probe(CLI::App& app) {
   a->add_option("--ckpt", rf->ckpt, "run folder or checkpoint folder")->required();
   a->add_option("--restrict", rf->restrict, "full | efficient | layer:i,j (several: compared side by side)")
       ->delimiter(';')->capture_default_str();
-  a->add_option("--span", rf->span, "how far back the restricted layers may see (tokens)")->required();
-  a->add_option("--seq-len", rf->seq_len, "length for loss by position (default: training length)");
+  a->add_option("--span", rf->span, "how far back the restricted layers may see (tokens)")->required()
+      ->check(in_range(1, 1 << 30));
+  a->add_option("--seq-len", rf->seq_len, "length for loss by position (default: training length)")
+      ->check(in_range(2, 1 << 30));
   a->add_option("--lengths", rf->lengths, "NIAH lengths (default: training length)")->delimiter(',');
-  a->add_option("--depths", rf->depths, "NIAH depths")->delimiter(',')->capture_default_str();
-  a->add_option("--samples", rf->samples, "NIAH samples per cell")->capture_default_str();
-  a->add_option("--haystack", rf->haystack, "noise | corpus")->capture_default_str();
+  a->add_option("--depths", rf->depths, "NIAH depths")->delimiter(',')->capture_default_str()
+      ->check(in_range(0, 1));
+  a->add_option("--samples", rf->samples, "NIAH samples per cell")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  a->add_option("--haystack", rf->haystack, "noise | corpus")->capture_default_str()
+      ->check(CLI::IsMember({"corpus", "noise"}));
   add_niah_digits_flag(a, &rf->digits);
-  a->add_option("--max-tokens", rf->max_tokens, "validation tokens for the loss")->capture_default_str();
+  a->add_option("--max-tokens", rf->max_tokens, "validation tokens for the loss")->capture_default_str()
+      ->check(at_least(1));
   a->add_option("--data", rf->data, "dataset (default: the run's)");
   a->add_option("--plot", rf->plot, "loss by position per restriction (SVG)");
   a->add_flag("--json", rf->json, "print a JSON result on stdout");
@@ -276,13 +288,19 @@ Command register_probe(CLI::App& app) {
   b->add_option("--ckpt", rh->ckpt, "run folder or checkpoint folder");
   b->add_option("--over-checkpoints", rh->over, "a run folder: score every checkpoint of the run");
   b->add_option("--lengths", rh->lengths, "NIAH lengths (default: training length)")->delimiter(',');
-  b->add_option("--depths", rh->depths, "NIAH depths")->delimiter(',')->capture_default_str();
-  b->add_option("--samples", rh->samples, "needles per (length, depth)")->capture_default_str();
-  b->add_option("--threshold", rh->threshold, "score above which a head is a retrieval head")->capture_default_str();
-  b->add_option("--min-kept", rh->min_kept, "kept tests needed before heads are named")->capture_default_str();
-  b->add_option("--haystack", rh->haystack, "noise | corpus")->capture_default_str();
+  b->add_option("--depths", rh->depths, "NIAH depths")->delimiter(',')->capture_default_str()
+      ->check(in_range(0, 1));
+  b->add_option("--samples", rh->samples, "needles per (length, depth)")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  b->add_option("--threshold", rh->threshold, "score above which a head is a retrieval head")->capture_default_str()
+      ->check(in_range(0, 1));
+  b->add_option("--min-kept", rh->min_kept, "kept tests needed before heads are named")->capture_default_str()
+      ->check(in_range(0, 1 << 30));
+  b->add_option("--haystack", rh->haystack, "noise | corpus")->capture_default_str()
+      ->check(CLI::IsMember({"corpus", "noise"}));
   add_niah_digits_flag(b, &rh->digits);
-  b->add_option("--seed", rh->seed, "needle seed")->capture_default_str();
+  b->add_option("--seed", rh->seed, "needle seed")->capture_default_str()
+      ->check(seed_range());
   b->add_option("--data", rh->data, "dataset (default: the run's)");
   b->add_option("--plot", rh->plot, "layer x head heatmap, or heads over steps with --over-checkpoints (SVG)");
   b->add_flag("--json", rh->json, "print a JSON result on stdout");
@@ -292,8 +310,10 @@ Command register_probe(CLI::App& app) {
   auto* c = sub->add_subcommand("attention-map", "attention of one head over a prompt, as an image");
   c->add_option("--ckpt", am->ckpt, "run folder or checkpoint folder")->required();
   c->add_option("--prompt", am->prompt, "text")->required();
-  c->add_option("--layer", am->layer, "attention layer index")->required();
-  c->add_option("--head", am->head, "head index")->capture_default_str();
+  c->add_option("--layer", am->layer, "attention layer index")->required()
+      ->check(in_range(0, 1 << 30));
+  c->add_option("--head", am->head, "head index")->capture_default_str()
+      ->check(in_range(0, 1 << 30));
   c->add_option("--plot", am->plot, "heatmap (SVG)");
   c->add_flag("--json", am->json, "print the matrix as JSON");
   add_threads_flag(c, &am->threads);

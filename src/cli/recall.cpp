@@ -35,28 +35,41 @@ Command register_recall(CLI::App& app) {
                       "several, comma-separated (SL,SM,SG), train one model each")
           ->capture_default_str();
   o->model.add(sub);
-  sub->add_option("--kv-pairs", o->r.task.num_kv_pairs, "key-value pairs per row")->capture_default_str();
-  sub->add_option("--seq-len", o->r.task.seq_len, "tokens per row")->capture_default_str();
+  sub->add_option("--kv-pairs", o->r.task.num_kv_pairs, "key-value pairs per row")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  sub->add_option("--seq-len", o->r.task.seq_len, "tokens per row")->capture_default_str()
+      ->check(in_range(2, 1 << 24));
   sub->add_option("--task-vocab", o->r.task.vocab_size, "task vocabulary (keys [1, V/2), values [V/2, V))")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(4, 1 << 24));
   sub->add_flag("!--zero-filler", o->r.task.random_non_queries,
                 "fill the query region's non-query positions with 0 instead of random tokens");
-  sub->add_option("--steps", o->r.steps, "AdamW steps")->capture_default_str();
-  sub->add_option("--batch", o->r.batch, "rows per step")->capture_default_str();
+  sub->add_option("--steps", o->r.steps, "AdamW steps")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
+  sub->add_option("--batch", o->r.batch, "rows per step")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
   sub->add_option("--lr", o->lrs, "learning rate (constant after the warm-up); several, comma-separated, sweep it")
       ->delimiter(',')
-      ->capture_default_str();
-  sub->add_option("--warmup", o->r.warmup, "linear warm-up steps")->capture_default_str();
-  sub->add_option("--wd", o->r.weight_decay, "AdamW weight decay")->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(1e-30, 1e30));
+  sub->add_option("--warmup", o->r.warmup, "linear warm-up steps")->capture_default_str()
+      ->check(in_range(0, 1 << 30));
+  sub->add_option("--wd", o->r.weight_decay, "AdamW weight decay")->capture_default_str()
+      ->check(in_range(0, 1e6));
   sub->add_option("--seed", o->seeds, "model init seed; several, comma-separated, train one model each")
       ->delimiter(',')
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_range());
   sub->add_option("--data-seed", o->r.data_seed, "training rows' seed (held-out rows use another stream)")
-      ->capture_default_str();
-  sub->add_option("--eval-rows", o->r.eval_rows, "held-out rows scored")->capture_default_str();
-  sub->add_option("--eval-every", o->r.eval_every, "score every N steps (0 = start and end)")->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_range());
+  sub->add_option("--eval-rows", o->r.eval_rows, "held-out rows scored")->capture_default_str()
+      ->check(in_range(1, 1 << 24));
+  sub->add_option("--eval-every", o->r.eval_every, "score every N steps (0 = start and end)")->capture_default_str()
+      ->check(in_range(0, 1 << 30));
   sub->add_option("--threads", o->threads, "OpenMP threads (0 = all cores; 1 is fastest for the small model)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0, 4096));
   sub->add_option("--out", o->out, "write the JSON result to this file");
   sub->add_option("--plot", o->plot, "accuracy curves of every run as an SVG line chart");
   sub->add_flag("--json", o->json, "print the JSON result on stdout (else one line per curve point)");

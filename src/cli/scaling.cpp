@@ -351,8 +351,10 @@ Command register_scaling(CLI::App& app) {
                 "L(C) points: frontier (lower envelope of all evaluations) | final (each run's last) | all")
       ->capture_default_str();
   f->add_option("--params", o->params, "N for L(N, D): matmul (non-embedding) | total")->capture_default_str();
-  f->add_option("--bootstrap", o->bootstrap, "bootstrap resamples (0 = off)")->capture_default_str();
-  f->add_option("--seed", o->seed, "bootstrap seed")->capture_default_str();
+  f->add_option("--bootstrap", o->bootstrap, "bootstrap resamples (0 = off)")->capture_default_str()
+      ->check(in_range(0, 1e6));
+  f->add_option("--seed", o->seed, "bootstrap seed")->capture_default_str()
+      ->check(seed_range());
   f->add_option("--grid", o->grid, "L-BFGS start grid: full (reference, 4500 starts for L(N, D)) | small")
       ->capture_default_str();
   f->add_option("--plot", o->plot, "write points and fitted curves (log-log) to this .svg");

@@ -404,13 +404,17 @@ int run_child(const std::string& exe, const std::vector<std::string>& args, cons
   return 1;
 }
 
-// The last "error: ..." line of a log (what the child said when it failed).
+// The last "error: ..." line of a log (what the child said when it failed), else its last non-empty line (a
+// crash prints no "error: "), else a pointer to the log.
 std::string last_error(const std::string& log) {
   std::ifstream f(log);
-  std::string line, err;
-  while (std::getline(f, line))
+  std::string line, err, last;
+  while (std::getline(f, line)) {
     if (line.rfind("error: ", 0) == 0) err = line.substr(7);
-  return err;
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  if (!err.empty()) return err;
+  return last.empty() ? "no message; see " + log : last;
 }
 
 std::string now_iso() {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/error.h"
 #include "data/corpus.h"
 #include "data/spm_trainer.h"
@@ -77,12 +78,16 @@ Command register_tokenizer(CLI::App& app) {
   CLI::App* train = sub->add_subcommand("train", "Train a SentencePiece BPE model on a corpus");
   train->add_option("--data", args->data, "Text file, folder of .txt/.rst/.md(.gz) files, or \"default\"")->required();
   train->add_option("--vocab-size", args->vocab_size, "Number of pieces (>= 260: 256 bytes + specials)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(260, 1 << 24));
   train->add_option("--out", args->out, "Output .model file")->required();
-  train->add_option("--sample-mb", args->sample_mb, "MB of text sampled for training")->capture_default_str();
+  train->add_option("--sample-mb", args->sample_mb, "MB of text sampled for training")->capture_default_str()
+      ->check(in_range(0.001, 1e6));
   train->add_option("--val-fraction", args->val_fraction, "Documents held out (never sampled), as in datasets")
-      ->capture_default_str();
-  train->add_option("--seed", args->seed, "Picks which documents are sampled")->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0, 0.9));
+  train->add_option("--seed", args->seed, "Picks which documents are sampled")->capture_default_str()
+      ->check(seed_range());
 
   CLI::App* encode = sub->add_subcommand("encode", "Print the token ids of a text");
   encode->add_option("--tokenizer", args->spec, "\"byte\" or a SentencePiece .model")->required();

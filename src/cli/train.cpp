@@ -14,6 +14,7 @@
 #include "train/data_parallel.h"
 #include "train/data_stream.h"
 #include "train/distributed.h"
+#include "train/run_lock.h"
 #include "train/trainer.h"
 #include "train/niah_mix.h"
 #include "data/tokenizer.h"
@@ -24,63 +25,140 @@ namespace hlm::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+struct TrainOpts {
+  ModelFlags model;
+  std::string data = "default", tokenizer, out;
+  bool resume = false, overwrite = false, json = false, check_numerics = false, quiet = false;
+  TrainConfig t;
+  int threads = 0, niah_digits = 7;
+  double mix_niah = 0, max_memory = 0;
+  double bucket_mb = 0;  // MPI all-reduce bucket (MiB)
+  std::string mix_haystack = "corpus";
+  std::vector<std::string> evals;
+};
+
+// A data spec as run.json stores it: paths absolute, so eval and --resume work from any folder.
+std::string portable_spec(const std::string& spec) {
+  std::error_code ec;
+  if (spec == "default" || !fs::exists(spec, ec)) return spec;
+  return fs::absolute(spec).lexically_normal().string();
+}
+
+// --resume: the run keeps its data, tokenizer and training settings (run.json). A flag given with a different
+// value is refused rather than silently ignored; --steps defaults to the run's total.
+void apply_run_settings(const CLI::App& sub, const nlohmann::json& run, TrainConfig& t, TrainOpts& o,
+                        std::string& data_spec, std::string& tok_spec, int& digits) {
+  auto keep = [&](const nlohmann::json& from, const char* flag, const char* key, auto& value) {
+    using V = std::decay_t<decltype(value)>;
+    if (!from.contains(key)) return;
+    V have;
+    try {
+      have = from[key].get<V>();
+    } catch (const nlohmann::json::exception&) {
+      fail("{}/run.json: field '{}' has the wrong type ({})", o.out, key, from[key].dump());
+    }
+    if (sub.count(flag) > 0 && !(have == value))
+      fail("{} {} conflicts with the run's {} = {}: --resume continues with the run's settings (drop the flag, or "
+           "start a new run with --overwrite or another --out)", flag, value, key, have);
+    value = have;
+  };
+  if (sub.count("--data") > 0) data_spec = portable_spec(data_spec);
+  keep(run, "--data", "data", data_spec);
+  keep(run, "--tokenizer", "tokenizer", tok_spec);
+  if (!run.contains("train")) return;
+  const auto& rt = run["train"];
+  if (sub.count("--steps") == 0) t.steps = rt.value("steps", t.steps);
+  keep(rt, "--batch", "batch", t.batch);
+  keep(rt, "--seq-len", "seq_len", t.seq_len);
+  keep(rt, "--grad-accum", "grad_accum", t.grad_accum);
+  keep(rt, "--seed", "seed", t.seed);
+  keep(rt, "--lr", "lr", t.schedule.lr);
+  t.adamw.lr = t.schedule.lr;
+  keep(rt, "--schedule", "schedule", t.schedule.kind);
+  keep(rt, "--warmup", "warmup", t.schedule.warmup);
+  keep(rt, "--decay-fraction", "decay_fraction", t.schedule.decay_fraction);
+  keep(rt, "--weight-decay", "weight_decay", t.adamw.weight_decay);
+  keep(rt, "--grad-clip", "grad_clip", t.adamw.grad_clip);
+  keep(rt, "--mix-niah", "mix_niah", o.mix_niah);
+  keep(rt, "--mix-haystack", "mix_haystack", o.mix_haystack);
+  if (!rt.contains("niah_digits")) digits = 7;  // runs from before the flag used 7
+  keep(rt, "--niah-digits", "niah_digits", digits);
+}
+
+}  // namespace
+
 Command register_train(CLI::App& app) {
   auto* sub = app.add_subcommand("train", "train a model (preset/config) on a corpus");
-  struct Opts {
-    ModelFlags model;
-    std::string data = "default", tokenizer, out;
-    bool resume = false, json = false, check_numerics = false, quiet = false;
-    TrainConfig t;
-    int threads = 0, niah_digits = 7;
-    double bucket_mb = 0;
-    double mix_niah = 0;
-    std::string mix_haystack = "corpus";
-    std::vector<std::string> evals;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<TrainOpts>();
   o->t.schedule.warmup = -1;
   o->model.add(sub);
   sub->add_option("--data", o->data, "'default' (built-in corpus), a text file/folder, or a prepared dataset folder")
       ->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer, "byte | bpe:N | path/to.model (default bpe:4096)");
-  sub->add_option("--steps", o->t.steps, "optimizer steps (total, also when resuming)")->capture_default_str();
-  sub->add_option("--seq-len", o->t.seq_len, "tokens per row")->capture_default_str();
-  sub->add_option("--batch", o->t.batch, "rows per micro-batch (per rank under MPI)")->capture_default_str();
-  sub->add_option("--grad-accum", o->t.grad_accum, "micro-batches per optimizer step")->capture_default_str();
-  sub->add_option("--lr", o->t.schedule.lr, "peak learning rate")->capture_default_str();
-  sub->add_option("--schedule", o->t.schedule.kind, "wsd | cosine | constant")->capture_default_str();
-  sub->add_option("--warmup", o->t.schedule.warmup, "warmup steps (default: min(100, steps/10))");
+  sub->add_option("--steps", o->t.steps, "optimizer steps (total, also when resuming)")->capture_default_str()
+      ->check(at_least(1));
+  sub->add_option("--seq-len", o->t.seq_len, "tokens per row")->capture_default_str()
+      ->check(in_range(2, 1 << 30));
+  sub->add_option("--batch", o->t.batch, "rows per micro-batch (per rank under MPI)")->capture_default_str()
+      ->check(in_range(1, 1 << 30));
+  sub->add_option("--grad-accum", o->t.grad_accum, "micro-batches per optimizer step")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  sub->add_option("--lr", o->t.schedule.lr, "peak learning rate")->capture_default_str()
+      ->check(in_range(0, 1e30));
+  sub->add_option("--schedule", o->t.schedule.kind, "wsd | cosine | constant")->capture_default_str()
+      ->check(CLI::IsMember({"wsd", "cosine", "constant"}));
+  sub->add_option("--warmup", o->t.schedule.warmup, "warmup steps (default: min(100, steps/10))")
+      ->check(at_least(0));
   sub->add_option("--decay-fraction", o->t.schedule.decay_fraction, "WSD: fraction of steps in the decay")
-      ->capture_default_str();
-  sub->add_option("--weight-decay", o->t.adamw.weight_decay, "AdamW weight decay")->capture_default_str();
-  sub->add_option("--grad-clip", o->t.adamw.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0, 1));
+  sub->add_option("--weight-decay", o->t.adamw.weight_decay, "AdamW weight decay")->capture_default_str()
+      ->check(at_least(0));
+  sub->add_option("--grad-clip", o->t.adamw.grad_clip, "global gradient-norm clip (0 = off)")->capture_default_str()
+      ->check(at_least(0));
   sub->add_option("--eval-every", o->t.eval_every, "validate every N steps (and at the start and end)")
-      ->capture_default_str();
-  sub->add_option("--eval-batches", o->t.eval_batches, "validation batches")->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0));
+  sub->add_option("--eval-batches", o->t.eval_batches, "validation batches")->capture_default_str()
+      ->check(in_range(1, 1 << 20));
   sub->add_option("--ckpt-every", o->t.ckpt_every, "checkpoint every N steps (0 = at the end only)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0));
   sub->add_option("--keep-checkpoints", o->t.keep_checkpoints, "newest checkpoints kept (0 = all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0, 1 << 30));
   sub->add_option("--log-every", o->t.log_every, "progress line every N steps when not a terminal")
-      ->capture_default_str();
-  sub->add_option("--seed", o->t.seed, "seed for init and data order")->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(1));
+  sub->add_option("--seed", o->t.seed, "seed for init and data order")->capture_default_str()
+      ->check(seed_range());
   sub->add_option("--out", o->out, "run folder: checkpoints, config.json, run.json, metrics.jsonl");
   sub->add_option("--mix-niah", o->mix_niah, "fraction of training rows replaced by NIAH sequences (0..1)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0, 1));
   sub->add_option("--mix-haystack", o->mix_haystack, "haystack of mixed-in NIAH rows: corpus | noise")
       ->capture_default_str();
   add_niah_digits_flag(sub, &o->niah_digits);
   sub->add_option("--eval", o->evals, "extra evaluations at each eval step: longppl, niah")->delimiter(',');
-  sub->add_flag("--resume", o->resume, "continue the run in --out from its latest checkpoint");
+  auto* resume_flag = sub->add_flag(
+      "--resume", o->resume,
+      "continue the run in --out from its latest checkpoint, with the run's model, data, tokenizer and training "
+      "settings (a different value of one of those flags is refused; --steps may grow the run)");
+  sub->add_flag("--overwrite", o->overwrite, "replace the run in --out (its checkpoints, metrics and run.json)")
+      ->excludes(resume_flag);
   sub->add_flag("--json", o->json, "print a JSON summary on stdout");
   sub->add_flag("--check-numerics", o->check_numerics, "stop at the first non-finite tensor and name it");
   sub->add_flag("--quiet", o->quiet, "no progress line");
   add_threads_flag(sub, &o->threads);
   sub->add_option("--allreduce-bucket-mb", o->bucket_mb,
                   "MPI: gradient all-reduce bucket in MiB (0 = the whole gradient in one call)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(at_least(0));
+  add_max_memory_flag(sub, &o->max_memory);
 
-  return {sub, [o]() -> int {
+  return {sub, [o, sub]() -> int {
             // Under MPI: ranks x threads (docs/distributed.md); rank 0 alone prints and writes.
             const int world = dist::world_size();
             apply_threads(o->threads == 0 && world > 1 ? dist::default_threads() : o->threads);
@@ -103,25 +181,34 @@ Command register_train(CLI::App& app) {
             nlohmann::json run = nlohmann::json::object();
             ModelConfig cfg;
             std::string data_spec = o->data, tok_spec = o->tokenizer;
+            // One trainer per run folder, and a folder holding a run is continued or replaced only when asked.
+            // --overwrite clears the old run only once the new one has passed every check below.
+            std::unique_ptr<RunLock> lock;
+            bool clear_old_run = false;
+            if (!o->out.empty()) {
+              if (dist::is_root()) lock = std::make_unique<RunLock>(o->out);  // the ranks are one trainer
+              if (!o->resume && holds_run(o->out)) {
+                if (!o->overwrite)
+                  fail("{}: already holds a run (checkpoints, latest or metrics.jsonl); continue it with --resume, "
+                       "replace it with --overwrite, or choose another --out", o->out);
+                clear_old_run = true;
+              }
+            }
             if (o->resume) {
               ckpt = resolve_checkpoint(o->out);
               cfg = load_checkpoint_config(ckpt);
               run = read_run_config(o->out);
-              if (run.contains("data")) data_spec = run["data"].get<std::string>();
-              if (run.contains("tokenizer")) tok_spec = run["tokenizer"].get<std::string>();
-              if (run.contains("train")) {  // the run's own settings; only --steps may change
-                const auto& rt = run["train"];
-                t.batch = rt.value("batch", t.batch);
-                t.seq_len = rt.value("seq_len", t.seq_len);
-                t.grad_accum = rt.value("grad_accum", t.grad_accum);
-                t.seed = rt.value("seed", t.seed);
-                t.schedule.lr = t.adamw.lr = rt.value("lr", t.schedule.lr);
-                t.schedule.kind = rt.value("schedule", t.schedule.kind);
-                t.schedule.warmup = rt.value("warmup", t.schedule.warmup);
-                t.schedule.decay_fraction = rt.value("decay_fraction", t.schedule.decay_fraction);
-                t.adamw.weight_decay = rt.value("weight_decay", t.adamw.weight_decay);
-                t.adamw.grad_clip = rt.value("grad_clip", t.adamw.grad_clip);
+              if (o->model.given())
+                fail("--resume continues with the run's model config ({}/config.json); --preset/--config/--set "
+                     "cannot change it (use --overwrite or another --out for a new model)", o->out);
+              apply_run_settings(*sub, run, t, *o, data_spec, tok_spec, digits);
+              const long done = load_trainer_state(ckpt).at("step").get<long>();
+              if (t.steps < done)
+                fail("--steps {} is below the run's checkpoint step {} ({}); --steps is the total, give at least {}",
+                     t.steps, done, ckpt, done);
+              if (run.contains("train")) {
                 // The global batch is the run's; a different number of ranks re-splits it (docs/distributed.md).
+                const auto& rt = run["train"];
                 const i64 global = rt.value("global_batch", t.batch * t.grad_accum);
                 const BatchSplit split = split_global_batch(global, world, t.batch);
                 if (split.batch != t.batch || split.grad_accum != t.grad_accum) {
@@ -131,15 +218,15 @@ Command register_train(CLI::App& app) {
                   t.batch = split.batch;
                   t.grad_accum = split.grad_accum;
                 }
-                o->mix_niah = rt.value("mix_niah", o->mix_niah);
-                o->mix_haystack = rt.value("mix_haystack", o->mix_haystack);
-                digits = rt.value("niah_digits", 7);  // runs from before the flag used 7
               }
-              if (o->model.given()) fmt::print(stderr, "note: --resume uses the checkpoint's model config; "
-                                                       "--preset/--config/--set are ignored\n");
             } else {
               cfg = o->model.resolve();
             }
+            MemoryUse mem;
+            mem.training = true;
+            mem.batch = t.batch;
+            mem.seq_len = t.seq_len;
+            check_memory("training", cfg, mem, o->max_memory);  // before the dataset is built
             data::PrepareOptions popt;
             popt.quiet = o->quiet;
             // Rank 0 tokenizes into the shared dataset cache first; the other ranks then find it ready.
@@ -162,6 +249,7 @@ Command register_train(CLI::App& app) {
               fail("--seq-len {} is over the model's limit max_seq_len = {} (raise it with --set max_seq_len=N)",
                    t.seq_len, cfg.max_seq_len);
 
+            check_memory("training", cfg, mem, o->max_memory);  // with the tokenizer's vocabulary
             Model model(cfg);
             model.init(t.seed);
             auto train_shard = std::make_shared<data::TokenShard>(ds.train_path);
@@ -184,9 +272,10 @@ Command register_train(CLI::App& app) {
             // run folder with run.json always has the handler in place.
             install_interrupt_handler();
             if (!o->out.empty() && dist::is_root()) {
+              if (clear_old_run) clear_run(o->out);
               fs::create_directories(o->out);
               write_file_atomic((fs::path(o->out) / "config.json").string(), cfg.to_json().dump(2) + "\n");
-              run["data"] = data_spec;
+              run["data"] = portable_spec(data_spec);
               run["dataset_dir"] = ds.dir;
               run["tokenizer"] = ds.tokenizer_spec;
               run["train"] = {{"mix_niah", o->mix_niah}, {"mix_haystack", o->mix_haystack},
@@ -248,7 +337,7 @@ Command register_train(CLI::App& app) {
                 return extra;
               });
             }
-            trainer.set_run_info({{"data", data_spec}, {"tokenizer", ds.tokenizer_spec}});
+            trainer.set_run_info({{"data", portable_spec(data_spec)}, {"tokenizer", ds.tokenizer_spec}});
             if (o->resume) {
               trainer.resume(ckpt);
               if (!o->quiet) fmt::print(stderr, "resumed from {}\n", ckpt);

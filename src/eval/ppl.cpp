@@ -15,7 +15,8 @@ PositionLoss loss_by_position(Model& model, std::shared_ptr<const data::TokenSha
   if (L > shard->n_tokens() - 1)
     fail("{}: only {} tokens, fewer than length {}", shard->path(), shard->n_tokens(), L);
   data::LoaderOptions lo;
-  lo.batch = static_cast<int>(std::max<i64>(1, tokens_per_batch / L));
+  // No more rows than max_tokens needs (each row scores at most L targets).
+  lo.batch = static_cast<int>(std::max<i64>(1, std::min(tokens_per_batch / L, (max_tokens + L - 1) / L)));
   lo.seq_len = static_cast<int>(L);
   lo.mode = data::SampleMode::kSequential;
   data::BatchLoader loader(shard, lo);
@@ -28,6 +29,10 @@ PositionLoss loss_by_position(Model& model, std::shared_ptr<const data::TokenSha
   i64 count = 0;
   while (count < max_tokens && loader.next(b)) {
     if (b.rows == 0) break;
+    // Score exactly max_tokens targets: those past the budget in this batch are masked out.
+    i64 left = max_tokens - count;
+    for (auto& t : b.targets)
+      if (t >= 0 && left-- <= 0) t = -1;
     tl.resize(static_cast<size_t>(b.B) * b.T);
     i64 n = 0;
     sum += model.forward(b.inputs.data(), b.targets.data(), b.doc_start.data(), b.B, b.T, &n, tl.data());

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace hlm {
 
@@ -30,6 +31,9 @@ i64 get_int(const json& j, const char* key, i64 def, const std::string& src, i64
     fail("{}: field '{}' must be an integer, got {}", src, key, v.dump());
   i64 x = v.get<i64>();
   if (x < min_value) fail("{}: field '{}' must be >= {}, got {}", src, key, min_value, x);
+  // Sizes far past any machine; keeps the size arithmetic (products of a few fields) inside 64 bits.
+  constexpr i64 kMaxInt = i64{1} << 31;
+  if (x > kMaxInt) fail("{}: field '{}' must be <= {}, got {}", src, key, kMaxInt, x);
   return x;
 }
 double get_num(const json& j, const char* key, double def, const std::string& src) {
@@ -116,6 +120,9 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
       if (!kTypeKeys.count(kk)) fail("{}: unknown key 'layer_types.{}.{}'", src, k, kk);
   }
   for (char ch : std::string(kMixerLetters)) {
+    // Options of a type the pattern does not use are parsed but not cross-checked: an all-attention model must not
+    // be refused by a Mamba-2 width rule.
+    const bool used = c.pattern.find(ch) != std::string::npos;
     json t = lt.value(std::string(1, ch), json::object());
     std::string tsrc = src;
     LayerTypeOptions o;
@@ -133,12 +140,14 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     const std::string rsrc = fmt::format("{}: layer_types.{}", src, ch);
     o.a_init_range = get_range(t, "a_init_range", default_a_init_range(ch), rsrc, 0, false);
     o.dt_init_range = get_range(t, "dt_init_range", kDefaultDtInitRange, rsrc, 0, true);
-    if (o.n_heads % o.n_kv_heads != 0)
+    if (used && o.head_dim < 1)
+      fail("{}: layer_types.{}: head_dim defaults to d_model / n_heads = 0; set head_dim or use fewer heads", src, ch);
+    if (used && o.n_heads % o.n_kv_heads != 0)
       fail("{}: layer_types.{}: n_heads ({}) must be a multiple of n_kv_heads ({})", src, ch, o.n_heads,
            o.n_kv_heads);
-    if (o.head_dim % 2 != 0 && o.rope && (ch == 'F' || ch == 'S'))
+    if (used && o.head_dim % 2 != 0 && o.rope && (ch == 'F' || ch == 'S'))
       fail("{}: layer_types.{}: head_dim ({}) must be even for RoPE", src, ch, o.head_dim);
-    if (ch == 'M' && (c.mamba_expand * c.d_model) % o.head_dim != 0)
+    if (used && ch == 'M' && (c.mamba_expand * c.d_model) % o.head_dim != 0)
       fail("{}: Mamba-2 inner width mamba_expand*d_model ({}) must be a multiple of layer_types.M.head_dim ({})",
            src, c.mamba_expand * c.d_model, o.head_dim);
     c.types[ch] = o;
@@ -241,11 +250,10 @@ ModelConfig resolve_config(const std::string& preset, const std::string& config_
   std::string src = preset.empty() ? "default config" : "preset '" + preset + "'";
   if (!preset.empty()) j = preset_json(preset);
   if (!config_file.empty()) {
-    std::ifstream f(config_file);
-    if (!f) fail("{}: cannot open config file", config_file);
+    const std::string text = read_text_file(config_file, "config file", std::size_t{16} << 20);
     json fj;
     try {
-      fj = json::parse(f);
+      fj = json::parse(text);
     } catch (const json::parse_error& e) {
       fail("{}: malformed JSON: {}", config_file, e.what());
     }

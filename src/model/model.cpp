@@ -64,23 +64,30 @@ void Model::init(std::uint64_t seed) {
 
 void Model::zero_grad() { std::fill(store_.grad.begin(), store_.grad.end(), 0.f); }
 
+i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_ptr<Mixer>>& mixers, i64 B, i64 T,
+                          const std::vector<i64>* repeats) {
+  const i64 N = B * T, D = cfg.d_model, F = cfg.d_ff;
+  const i64 pad = 64;
+  i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
+  i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + N * F + 2 * pad;
+  i64 scratch = 0;
+  for (size_t i = 0; i < mixers.size(); ++i) {
+    const i64 times = repeats ? (*repeats)[i] : 1;
+    floats += times * (per_layer + mixers[i]->saved_floats(B, T));
+    if (times > 0) scratch = std::max(scratch, mixers[i]->scratch_floats(B, T));
+  }
+  floats += 2 * (N * D + pad) + 2 * (N + pad);  // final x, norm, rstd, lse
+  // Backward temporaries: d_residual x2, dnorm, da, dgu, + the largest mixer scratch.
+  floats += 3 * (N * D + pad) + N * F + N * 2 * F + 2 * pad + scratch;
+  return floats;
+}
+
 void Model::plan(i64 B, i64 T, bool allow_longer) {
   if (T > cfg_.max_seq_len && !allow_longer)
     fail("sequence length {} is over the model's limit max_seq_len = {} (raise it with --set max_seq_len=N)", T,
          cfg_.max_seq_len);
   if (B == plan_B_ && T == plan_T_ && arena_.capacity() > 0) return;
-  const i64 N = B * T, D = cfg_.d_model, F = cfg_.d_ff;
-  const i64 pad = 64;
-  i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
-  i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + N * F + 2 * pad;
-  i64 scratch = 0;
-  for (auto& m : mixers_) {
-    floats += per_layer + m->saved_floats(B, T);
-    scratch = std::max(scratch, m->scratch_floats(B, T));
-  }
-  floats += 2 * (N * D + pad) + 2 * (N + pad);  // final x, norm, rstd, lse
-  // Backward temporaries: d_residual x2, dnorm, da, dgu, + the largest mixer scratch.
-  floats += 3 * (N * D + pad) + N * F + N * 2 * F + 2 * pad + scratch;
+  const i64 floats = training_arena_floats(cfg_, mixers_, B, T);
   // Grow only: evaluation at another shape between training steps must not re-fault the arena.
   if (arena_.capacity() < static_cast<std::size_t>(floats) * sizeof(float))
     arena_.reserve(static_cast<std::size_t>(floats) * sizeof(float));

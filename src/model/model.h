@@ -30,6 +30,12 @@ struct DecodeState {
   }
 };
 
+// Floats of the activation arena for training batches of [B, T] (forward saves + backward temporaries); the
+// memory estimate (model/memory_estimate.h) uses it before any model is built, with one mixer per pattern
+// position standing for `(*repeats)[i]` layers each.
+i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_ptr<Mixer>>& mixers, i64 B, i64 T,
+                          const std::vector<i64>* repeats = nullptr);
+
 class Model {
  public:
   explicit Model(const ModelConfig& cfg);

@@ -1,14 +1,13 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace hlm {
@@ -17,24 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 nlohmann::json read_json(const std::string& path) {
-  std::string s = read_text(path);
+  std::string s = read_text_file(path, "JSON file", std::size_t{64} << 20);
   try {
     return nlohmann::json::parse(s);
   } catch (const nlohmann::json::parse_error& e) {
@@ -44,24 +27,30 @@ nlohmann::json read_json(const std::string& path) {
 
 std::string step_name(long step) { return fmt::format("step_{:08d}", step); }
 
-}  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  {
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) fail("{}: cannot write", tmp);
-    if (std::fwrite(contents.data(), 1, contents.size(), f) != contents.size()) {
-      std::fclose(f);
-      fail("{}: short write", tmp);
-    }
-    std::fflush(f);
-    ::fsync(::fileno(f));
-    std::fclose(f);
+// The step of a checkpoint folder name "step_<digits>", or -1 for any other name.
+long parse_step_name(const std::string& name) {
+  if (name.size() < 6 || name.size() > 24 || name.rfind("step_", 0) != 0) return -1;
+  long step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+    if (step > (1L << 50)) return -1;
   }
-  fs::rename(tmp, path);
-  fsync_path(fs::path(path).parent_path().string());
+  return step;
 }
+
+// The checkpoint name `latest` holds ("" when there is no latest file).
+std::string latest_name(const fs::path& run_dir) {
+  const fs::path lp = run_dir / "latest";
+  if (!fs::exists(lp)) return "";
+  std::string name = read_text_file(lp.string(), "'latest' file", 4096);
+  name.erase(std::remove_if(name.begin(), name.end(), [](unsigned char c) { return std::isspace(c); }), name.end());
+  if (parse_step_name(name) < 0)
+    fail("{}: names '{}', not a checkpoint of this run folder (expected step_NNNNNNNN)", lp.string(), name);
+  return name;
+}
+
+}  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, long step, const Model& model, const AdamW* opt,
                             const nlohmann::json& trainer_state) {
@@ -91,35 +80,54 @@ std::string save_checkpoint(const std::string& run_dir, long step, const Model& 
   }
   write_file_atomic((tmp_dir / "config.json").string(), model.config().to_json().dump(2) + "\n");
   write_file_atomic((tmp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
-  fsync_path(tmp_dir.string());
-  fs::remove_all(final_dir);
+  fsync_dir(tmp_dir.string());
+  // Every file is written and synced: only now does the folder take its final name. A folder of the same step
+  // (a resumed run that saves its last step again) is moved aside first and removed once the new one is in place.
+  const fs::path old_dir = ckdir / (step_name(step) + ".old");
+  fs::remove_all(old_dir);
+  if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
   fs::rename(tmp_dir, final_dir);
-  fsync_path(ckdir.string());
+  fsync_dir(ckdir.string());
   write_file_atomic((fs::path(run_dir) / "latest").string(), step_name(step) + "\n");
+  fs::remove_all(old_dir);
   return final_dir.string();
 }
 
 void prune_checkpoints(const std::string& run_dir, int keep) {
-  if (keep <= 0) return;
   const fs::path ckdir = fs::path(run_dir) / "checkpoints";
   if (!fs::exists(ckdir)) return;
-  std::vector<std::string> names;
+  // The newest by step number (names stop sorting by step past 8 digits), and never the one `latest` names,
+  // whatever its number; folders of unfinished writes (.tmp, .old) are left-overs of a killed run.
+  const std::string latest = latest_name(run_dir);
+  std::vector<std::pair<long, std::string>> steps;
   for (auto& e : fs::directory_iterator(ckdir)) {
-    std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) names.push_back(n);
+    if (!e.is_directory()) continue;
+    const std::string n = e.path().filename().string();
+    const long st = parse_step_name(n);
+    if (st >= 0) steps.emplace_back(st, n);
+    else if (n.rfind("step_", 0) == 0 && (n.ends_with(".tmp") || n.ends_with(".old")) && !latest.empty())
+      fs::remove_all(e.path());
   }
-  std::sort(names.begin(), names.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep) < names.size(); ++i) fs::remove_all(ckdir / names[i]);
+  if (keep <= 0) return;
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  int kept = 0;
+  for (const auto& [st, n] : steps) {
+    if (n == latest) continue;
+    if (kept + (latest.empty() ? 0 : 1) < keep) {
+      ++kept;
+      continue;
+    }
+    fs::remove_all(ckdir / n);
+  }
 }
 
 std::string resolve_checkpoint(const std::string& path) {
   fs::path p(path);
   if (!fs::exists(p)) fail("{}: no such checkpoint or run folder", path);
+  if (!fs::is_directory(p)) fail("{}: not a folder (expected a run folder or a checkpoint folder)", path);
   if (fs::exists(p / "model.safetensors")) return p.string();
   if (fs::exists(p / "latest")) {
-    std::string name = read_text((p / "latest").string());
-    name.erase(std::remove_if(name.begin(), name.end(), ::isspace), name.end());
-    fs::path c = p / "checkpoints" / name;
+    const fs::path c = p / "checkpoints" / latest_name(p);
     if (!fs::exists(c / "model.safetensors")) fail("{}: 'latest' names {} which has no model.safetensors", path, c.string());
     return c.string();
   }
@@ -136,7 +144,12 @@ void load_model_params(const std::string& ckpt_dir, Model& model) {
   SafeTensorsFile f = SafeTensorsFile::read(path);
   for (const auto& p : model.registry().all()) {
     const float* src = f.get_f32(p.name, p.shape);
-    std::copy(src, src + p.shape.numel(), model.params() + p.offset);
+    const i64 n = p.shape.numel();
+    for (i64 i = 0; i < n; ++i)
+      if (!std::isfinite(src[i]))
+        fail("{}: tensor '{}' holds a non-finite value ({}) at index {}; the checkpoint is unusable", path, p.name,
+             src[i], i);
+    std::copy(src, src + n, model.params() + p.offset);
   }
   for (const auto& n : f.names())
     if (model.registry().find(n) < 0) fail("{}: tensor '{}' does not belong to this model config", path, n);
@@ -146,11 +159,26 @@ void load_optimizer(const std::string& ckpt_dir, AdamW& opt) {
   const std::string path = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
   SafeTensorsFile f = SafeTensorsFile::read(path);
   opt.load_moments(f);
-  opt.set_steps(std::stol(f.meta("step")));
+  const std::string step = f.meta("step");
+  long n = -1;
+  const auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), n);
+  if (ec != std::errc() || end != step.data() + step.size() || n < 0)
+    fail("{}: metadata \"step\" is '{}', expected a non-negative integer", path, step);
+  opt.set_steps(n);
 }
 
 nlohmann::json load_trainer_state(const std::string& ckpt_dir) {
-  return read_json((fs::path(ckpt_dir) / "trainer_state.json").string());
+  const std::string path = (fs::path(ckpt_dir) / "trainer_state.json").string();
+  nlohmann::json st = read_json(path);
+  if (!st.is_object()) fail("{}: expected a JSON object", path);
+  if (!st.contains("step") || !st["step"].is_number_integer() || st["step"].get<long>() < 0)
+    fail("{}: field 'step' must be a non-negative integer", path);
+  if (!st.contains("train_loader") || !st["train_loader"].is_object())
+    fail("{}: field 'train_loader' (the data position) must be an object", path);
+  if (st.contains("tokens") && !st["tokens"].is_number()) fail("{}: field 'tokens' must be a number", path);
+  if (st.contains("first_val_loss") && !st["first_val_loss"].is_number() && !st["first_val_loss"].is_null())
+    fail("{}: field 'first_val_loss' must be a number", path);
+  return st;
 }
 
 }  // namespace hlm

@@ -8,9 +8,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/timer.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
@@ -86,9 +86,8 @@ nlohmann::json Trainer::trainer_state(long step) const {
 }
 
 void Trainer::log_metrics(const nlohmann::json& row) {
-  if (cfg_.out_dir.empty() || !writer_) return;
-  std::ofstream f(std::filesystem::path(cfg_.out_dir) / "metrics.jsonl", std::ios::app);
-  f << row.dump() << "\n";
+  if (cfg_.out_dir.empty() || !writer_) return;  // under MPI rank 0 alone writes
+  append_file((std::filesystem::path(cfg_.out_dir) / "metrics.jsonl").string(), row.dump() + "\n");
 }
 
 double Trainer::evaluate() {

@@ -1,0 +1,70 @@
+#pragma once
+// Runs the hybridlm binary in tests: a scratch folder with a small text corpus, the command's exit code,
+// stdout and stderr, and the check every bad input must pass (non-zero exit, an "error: " line naming it).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace hlm::testing {
+
+struct CliResult {
+  int code = -1;  // exit status; -1 when killed by a signal
+  std::string out, err;
+};
+
+inline const std::filesystem::path& cli_tmp_root() {
+  namespace fs = std::filesystem;
+  static fs::path p = [] {
+    fs::path d = fs::temp_directory_path() / ("hlm_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(d / "corpus");
+    for (int i = 0; i < 6; ++i) {
+      std::ofstream f(d / "corpus" / ("doc" + std::to_string(i) + ".txt"));
+      for (int j = 0; j < 200; ++j) f << "Document " << i << " line " << j << ": the quick brown fox jumps.\n";
+    }
+    fs::create_directories(d / "empty");
+    ::setenv("HLM_DATA_CACHE", (d / "cache").c_str(), 1);
+    return d;
+  }();
+  return p;
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// `prefix` runs before the binary in the same shell (e.g. "ulimit -f 64;").
+inline CliResult run_cli(const std::string& args, const std::string& prefix = "") {
+  const auto d = cli_tmp_root();
+  const std::string out = (d / "stdout.txt").string(), err = (d / "stderr.txt").string();
+  const std::string cmd = prefix + std::string(HLM_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const int st = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+inline std::string tiny_model_flags() {
+  return "--preset swa128-nope --set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=2 "
+         "--set head_dim=16 --set d_ff=64 --set max_seq_len=64 --set window=8 --threads 1 ";
+}
+inline std::string tiny_corpus_flags() {
+  return "--data " + (cli_tmp_root() / "corpus").string() + " --tokenizer byte ";
+}
+
+// A clean refusal: non-zero exit (not a crash), one "error: " line that contains `needle`.
+inline void expect_cli_error(const CliResult& r, const std::string& needle) {
+  EXPECT_GT(r.code, 0) << "stdout: " << r.out << "\nstderr: " << r.err;
+  EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+}
+
+}  // namespace hlm::testing

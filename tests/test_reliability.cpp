@@ -1,0 +1,321 @@
+// Reliability (docs/reliability.md): checked writes (a full disk is an error naming the file, never a lost
+// run), one trainer per run folder, `latest` confined to its run, pruning by step number, non-regular files
+// refused, every flag range-checked at parse time, memory estimated before work, non-finite weights refused.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_harness.h"
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/safetensors.h"
+#include "model/config.h"
+#include "model/memory_estimate.h"
+#include "train/checkpoint.h"
+#include "train/run_lock.h"
+
+namespace fs = std::filesystem;
+using hlm::testing::cli_tmp_root;
+using hlm::testing::CliResult;
+using hlm::testing::expect_cli_error;
+using hlm::testing::run_cli;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("hlm_rel_" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const hlm::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// RLIMIT_FSIZE makes writes past `bytes` fail with EFBIG (SIGXFSZ ignored): a portable full disk.
+struct FileSizeLimit {
+  rlimit old{};
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old;
+    r.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ~FileSizeLimit() { ::setrlimit(RLIMIT_FSIZE, &old); }
+};
+
+std::string train_flags(const fs::path& out) {
+  return "train " + hlm::testing::tiny_model_flags() + hlm::testing::tiny_corpus_flags() +
+         "--seq-len 32 --batch 2 --eval-batches 1 --quiet --out " + out.string() + " ";
+}
+
+}  // namespace
+
+TEST(Reliability, AtomicWriteFailureNamesTheFileAndKeepsTheOldContents) {
+  const fs::path d = scratch("write");
+  const std::string f = (d / "state.json").string();
+  hlm::write_file_atomic(f, "old\n");
+  std::string err;
+  {
+    FileSizeLimit limit(16);
+    err = error_of([&] { hlm::write_file_atomic(f, std::string(4096, 'x')); });
+  }
+  EXPECT_NE(err.find(f), std::string::npos) << err;
+  EXPECT_NE(err.find("write failed"), std::string::npos) << err;
+  EXPECT_EQ(hlm::testing::slurp(f), "old\n");
+  EXPECT_FALSE(fs::exists(f + ".tmp"));
+  {
+    FileSizeLimit limit(16);
+    err = error_of([&] { hlm::append_file((d / "metrics.jsonl").string(), std::string(100, 'y')); });
+  }
+  EXPECT_NE(err.find("metrics.jsonl"), std::string::npos) << err;
+}
+
+TEST(Reliability, ReadTextFileRefusesWhatIsNotARegularFile) {
+  const fs::path d = scratch("read");
+  EXPECT_NE(error_of([&] { hlm::read_text_file(d.string(), "config file"); }).find("is a directory"), std::string::npos);
+  const fs::path fifo = d / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_NE(error_of([&] { hlm::read_text_file(fifo.string()); }).find("a FIFO"), std::string::npos);
+  EXPECT_NE(error_of([&] { hlm::read_text_file("/dev/zero"); }).find("character device"), std::string::npos);
+  std::ofstream(d / "big") << std::string(100, 'z');
+  EXPECT_NE(error_of([&] { hlm::read_text_file((d / "big").string(), "prompt", 10); }).find("over the limit"),
+            std::string::npos);
+  EXPECT_EQ(hlm::read_text_file((d / "big").string()).size(), 100u);
+}
+
+TEST(Reliability, PruneKeepsTheHighestStepsAndTheLatest) {
+  const fs::path d = scratch("prune");
+  // 9-digit steps sort before 8-digit ones by name: pruning must go by number.
+  for (const char* s : {"step_00000002", "step_00000010", "step_99999999", "step_100000000"})
+    fs::create_directories(d / "checkpoints" / s);
+  fs::create_directories(d / "checkpoints" / "step_00000011.tmp");
+  hlm::write_file_atomic((d / "latest").string(), "step_00000010\n");
+  hlm::prune_checkpoints(d.string(), 2);
+  EXPECT_TRUE(fs::exists(d / "checkpoints" / "step_00000010"));   // latest, whatever its number
+  EXPECT_TRUE(fs::exists(d / "checkpoints" / "step_100000000"));  // the highest
+  EXPECT_FALSE(fs::exists(d / "checkpoints" / "step_99999999"));
+  EXPECT_FALSE(fs::exists(d / "checkpoints" / "step_00000002"));
+  EXPECT_FALSE(fs::exists(d / "checkpoints" / "step_00000011.tmp"));  // a killed write's left-over
+  hlm::prune_checkpoints(d.string(), 1);
+  EXPECT_TRUE(fs::exists(d / "checkpoints" / "step_00000010"));
+  EXPECT_FALSE(fs::exists(d / "checkpoints" / "step_100000000"));
+}
+
+TEST(Reliability, LatestMustNameACheckpointOfItsOwnRun) {
+  const fs::path d = scratch("latest");
+  fs::create_directories(d / "other" / "checkpoints" / "step_00000001");
+  std::ofstream(d / "other" / "checkpoints" / "step_00000001" / "model.safetensors") << "x";
+  fs::create_directories(d / "run" / "checkpoints");
+  for (const char* bad : {"../../other/checkpoints/step_00000001", "/etc", "step_1/../../x", ""}) {
+    hlm::write_file_atomic((d / "run" / "latest").string(), std::string(bad) + "\n");
+    const std::string err = error_of([&] { hlm::resolve_checkpoint((d / "run").string()); });
+    EXPECT_NE(err.find("latest"), std::string::npos) << bad << ": " << err;
+    EXPECT_NE(err.find("not a checkpoint of this run folder"), std::string::npos) << bad << ": " << err;
+  }
+}
+
+TEST(Reliability, OneLockPerRunFolderNamingTheHolder) {
+  const fs::path d = scratch("lock");
+  {
+    hlm::RunLock a(d.string());
+    const std::string err = error_of([&] { hlm::RunLock b(d.string()); });
+    EXPECT_NE(err.find("pid " + std::to_string(::getpid())), std::string::npos) << err;
+  }
+  // Released (the holder ended): the next one takes it, as it takes a lock file left by a dead process.
+  hlm::write_file_atomic((d / "lock").string(), "999999999\n");
+  EXPECT_EQ(error_of([&] { hlm::RunLock c(d.string()); }), "");
+  // A trainer is refused while this process holds the folder.
+  hlm::RunLock held(d.string());
+  expect_cli_error(run_cli(train_flags(d) + "--steps 1"), "pid " + std::to_string(::getpid()));
+}
+
+TEST(Reliability, LayerTypeOptionsAreCheckedOnlyForTypesThePatternUses) {
+  EXPECT_NO_THROW(hlm::resolve_config("full", "", {"head_dim=48"}));
+  EXPECT_NO_THROW(hlm::resolve_config("swa128-nope", "", {"d_model=48", "n_heads=1", "n_kv_heads=1", "head_dim=48"}));
+  const std::string err = error_of([] { hlm::resolve_config("mamba2", "", {"layer_types.M.head_dim=48"}); });
+  EXPECT_NE(err.find("Mamba-2"), std::string::npos) << err;
+  // n_heads > d_model leaves head_dim = d_model / n_heads = 0.
+  EXPECT_NE(error_of([] { hlm::resolve_config("", "", {"d_model=64", "n_heads=128", "n_kv_heads=128"}); })
+                .find("head_dim"),
+            std::string::npos);
+}
+
+TEST(Reliability, MemoryEstimateCountsWeightsOptimizerAndActivations) {
+  const hlm::ModelConfig cfg = hlm::resolve_config("swa128-nope", "", {});
+  hlm::MemoryUse use;
+  use.training = true;
+  use.batch = 8;
+  use.seq_len = 1024;
+  const hlm::MemoryEstimate e = hlm::estimate_memory(cfg, use);
+  // ~8.9M parameters: weights, gradients, and the two AdamW moments, 4 bytes each.
+  EXPECT_NEAR(e.weights / 4, 8.9e6, 0.3e6);
+  EXPECT_DOUBLE_EQ(e.grads, e.weights);
+  EXPECT_DOUBLE_EQ(e.optimizer, 2 * e.weights);
+  EXPECT_GT(e.activations, 8.0 * 1024 * 256 * 8 * 4);  // at least a few [B*T, D] buffers per layer
+  EXPECT_EQ(e.caches, 0);
+  use.training = false;
+  use.decode_rows = 1;
+  use.decode_context = 4096;
+  const hlm::MemoryEstimate g = hlm::estimate_memory(cfg, use);
+  EXPECT_EQ(g.optimizer, 0);
+  EXPECT_GT(g.caches, 2.0 * 4096 * 256 * 4);  // the full-attention layers' K and V
+  const hlm::ModelConfig huge = hlm::resolve_config("swa128-nope", "", {"n_layers=100000"});
+  EXPECT_GT(hlm::estimate_memory(huge, hlm::MemoryUse{}).total(), 100e9);
+}
+
+// Every flag is range-checked when it is parsed: the error names the flag; nothing runs.
+TEST(Reliability, BadFlagValuesAreRefusedNamingTheFlag) {
+  const std::string t = "train " + hlm::testing::tiny_model_flags() + hlm::testing::tiny_corpus_flags();
+  const fs::path run = cli_tmp_root() / "rel_flags_run";  // never created: every case fails before work
+  struct Case {
+    std::string args, flag;
+  };
+  const std::vector<Case> cases = {
+      {t + "--log-every 0", "--log-every"},
+      {t + "--lr -1", "--lr"},
+      {t + "--lr nan", "--lr"},
+      {t + "--grad-clip -1", "--grad-clip"},
+      {t + "--decay-fraction 2", "--decay-fraction"},
+      {t + "--seed -1", "--seed"},
+      {t + "--steps 0", "--steps"},
+      {t + "--batch 0", "--batch"},
+      {t + "--warmup -1", "--warmup"},
+      {t + "--eval-batches 0", "--eval-batches"},
+      {t + "--mix-niah 1.5", "--mix-niah"},
+      {t + "--schedule linear", "--schedule"},
+      {t + "--threads -3", "--threads"},
+      {t + "--max-memory 0", "--max-memory"},
+      {"bench --preset full --steps 0", "--steps"},
+      {"bench --preset full --steps -1", "--steps"},
+      {"bench --preset full --warmup -1", "--warmup"},
+      {"eval ppl --ckpt " + run.string() + " --tokens-per-batch 0", "--tokens-per-batch"},
+      {"eval ppl --ckpt " + run.string() + " --max-tokens 0", "--max-tokens"},
+      {"eval niah --ckpt " + run.string() + " --depths 0,nan", "--depths"},
+      {"eval niah --ckpt " + run.string() + " --depths 1.5", "--depths"},
+      {"eval niah --ckpt " + run.string() + " --samples 0", "--samples"},
+      {"eval longppl --ckpt " + run.string() + " --doc-len 0", "--doc-len"},
+      {"generate --ckpt " + run.string() + " --temperature nan", "--temperature"},
+      {"generate --ckpt " + run.string() + " --top-k -1", "--top-k"},
+      {"generate --ckpt " + run.string() + " --top-p 2", "--top-p"},
+      {"generate --ckpt " + run.string() + " --seed -1", "--seed"},
+      {"recall --steps 0", "--steps"},
+      {"recall --lr 0.001,-1", "--lr"},
+      {"probe attention-map --ckpt " + run.string() + " --prompt x --layer -1", "--layer"},
+      {"tokenizer train --data x --out y --vocab-size 10", "--vocab-size"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    expect_cli_error(run_cli(c.args), c.flag);
+  }
+  EXPECT_FALSE(fs::exists(run));
+}
+
+// Bad inputs that pass the flag checks: clean refusals naming the file, field or size, before any work.
+TEST(Reliability, BadInputsAreRefusedBeforeWork) {
+  const std::string t = "train " + hlm::testing::tiny_model_flags() + hlm::testing::tiny_corpus_flags();
+  const fs::path d = scratch("inputs");
+  ::mkfifo((d / "fifo").c_str(), 0644);
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {t + "--set n_layers=100000", "needs an estimated"},
+      {"train --preset swa128-nope --set d_model=65536 " + hlm::testing::tiny_corpus_flags(), "needs an estimated"},
+      {t + "--max-memory 0.001", "over --max-memory"},
+      {"bench --preset full --batch 1000000 --seq-len 100000", "needs an estimated"},
+      {"train --config " + d.string() + " " + hlm::testing::tiny_corpus_flags(), "is a directory"},
+      {"train --config " + (d / "fifo").string() + " " + hlm::testing::tiny_corpus_flags(), "a FIFO"},
+      {"train --preset full --set n_heads=1000000 " + hlm::testing::tiny_corpus_flags(), "needs an estimated"},
+      {"train --set d_model=64 --set n_heads=128 --set n_kv_heads=128 " + hlm::testing::tiny_corpus_flags(),
+       "head_dim"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    expect_cli_error(run_cli(c.args, "timeout 60 "), c.needle);
+  }
+}
+
+// A run folder is continued (--resume, with the run's settings) or replaced (--overwrite) only when asked; a full
+// disk during a checkpoint is an error naming the file and keeps the previous checkpoint; non-finite weights
+// and non-regular prompt files are refused. ~3 s.
+TEST(Reliability, RunFoldersAreOwnedAndCheckpointsSurviveAFullDisk) {
+  const fs::path out = cli_tmp_root() / "rel_run";
+  fs::remove_all(out);
+  CliResult r = run_cli(train_flags(out) + "--steps 2 --ckpt-every 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json run_json = nlohmann::json::parse(hlm::testing::slurp(out / "run.json"));
+  EXPECT_TRUE(fs::path(run_json.at("data").get<std::string>()).is_absolute()) << run_json.dump();
+
+  expect_cli_error(run_cli(train_flags(out) + "--steps 2"), "already holds a run");
+  expect_cli_error(run_cli("train --out " + out.string() + " --resume --lr 0.5 --quiet"), "--lr 0.5 conflicts");
+  expect_cli_error(run_cli("train --out " + out.string() + " --resume --steps 1 --quiet"), "below the run's");
+  expect_cli_error(run_cli("train --out " + out.string() + " --resume --preset full --quiet"), "--resume");
+  expect_cli_error(run_cli("train --out " + out.string() + " --resume --overwrite --quiet"), "--overwrite");
+  r = run_cli("train --out " + out.string() + " --resume --json --quiet --threads 1");  // the run's own 2 steps
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"steps\":2"), std::string::npos) << r.out;
+
+  // eval ppl --max-tokens scores exactly that many tokens.
+  r = run_cli("eval ppl --ckpt " + out.string() + " --max-tokens 100 --json --threads 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("tokens").get<double>(), 100.0) << r.out;
+
+  // A FIFO as the prompt is refused at once (it used to block forever).
+  const fs::path fifo = cli_tmp_root() / "rel_prompt_fifo";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  expect_cli_error(run_cli("generate --ckpt " + out.string() + " --prompt-file " + fifo.string(), "timeout 60 "),
+                   "a FIFO");
+
+  // Full disk while the next checkpoint is written: the large file fails (RLIMIT_FSIZE, 20 KiB), the command
+  // names it and exits non-zero, `latest` still names the complete step-2 checkpoint, which evaluates.
+  r = run_cli("train --out " + out.string() + " --resume --steps 4 --keep-checkpoints 1 --quiet --threads 1",
+              "trap '' XFSZ; ulimit -f 40; ");
+  expect_cli_error(r, "model.safetensors");
+  EXPECT_EQ(hlm::testing::slurp(out / "latest"), "step_00000002\n");
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / "step_00000002" / "trainer_state.json"));
+  r = run_cli("eval ppl --ckpt " + out.string() + " --max-tokens 64 --json --threads 1");
+  EXPECT_EQ(r.code, 0) << r.err;
+
+  // Non-finite weights are refused at load, naming the tensor.
+  const fs::path nan_run = cli_tmp_root() / "rel_run_nan";
+  fs::remove_all(nan_run);
+  fs::copy(out, nan_run, fs::copy_options::recursive);
+  const std::string mp = (nan_run / "checkpoints" / "step_00000002" / "model.safetensors").string();
+  {
+    hlm::SafeTensorsFile f = hlm::SafeTensorsFile::read(mp);
+    hlm::SafeTensorsWriter w;
+    for (const auto& t : f.tensors()) {
+      std::vector<float> v = t.to_f32();
+      if (t.name == "model.norm.weight") v[3] = std::nanf("");
+      w.add_f32(t.name, t.shape, v.data());
+    }
+    w.write(mp);
+  }
+  expect_cli_error(run_cli("eval ppl --ckpt " + nan_run.string() + " --threads 1"), "'model.norm.weight'");
+
+  // --overwrite replaces the run (once the new one has passed its checks).
+  r = run_cli(train_flags(out) + "--steps 1 --overwrite");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(hlm::testing::slurp(out / "latest"), "step_00000001\n");
+  EXPECT_FALSE(fs::exists(out / "checkpoints" / "step_00000002"));
+}
