@@ -8,6 +8,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/simd_target.h"
 #include "core/timer.h"
 #include "train/optimizer.h"
 
@@ -70,7 +71,8 @@ Command register_bench(CLI::App& app) {
                                 {"step_ms_min", ms.front()}, {"step_ms_max", ms.back()},
                                 {"train_tokens_per_s", tps}, {"train_flops_per_token", f.train_per_token},
                                 {"train_gflops", tps * f.train_per_token / 1e9}, {"peak_rss_mb", peak_rss_mb()},
-                                {"threads", omp_get_max_threads()}};
+                                {"threads", omp_get_max_threads()}, {"simd", simd_target()},
+                                {"simd_available", simd_targets_available()}};
             if (o->json) print_json(r);
             else fmt::print("{}\n", r.dump(2));
             return 0;
