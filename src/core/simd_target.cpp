@@ -47,6 +47,7 @@ void apply(const std::string& name, const char* source) {
   } else {
     hwy::SetSupportedTargetsForTest(0);
     const std::vector<int64_t> all = hwy::SupportedAndGeneratedTargets();  // best first
+    hwy::SetSupportedTargetsForTest(g_forced);  // unchanged if the name is refused below
     int64_t found = want == "FALLBACK" ? all.back() : 0;
     for (int64_t t : all)
       if (want == upper(hwy::TargetName(t))) found = t;
