@@ -1,18 +1,63 @@
 #!/usr/bin/env bash
-# Same-sitting comparison with the PyTorch peer (../shared/bench/peer): hybridlm bench and the tuned peer
-# for the given presets, alternating, each on the bench config (d 256, 4x64 heads, SwiGLU 768, vocab 4096,
-# 8 layers, batch 8 x 1024). Usage: bench/compare_peer.sh [preset...]   (default: swa128-nope full)
-# Writes bench/results/<date>-<preset>-{hybridlm,peer}.json. Run nothing else meanwhile (2 cores).
+# Same-sitting comparison with the PyTorch peers, alternating per preset, each on the bench config (d 256,
+# 4x64 heads, SwiGLU 768, vocab 4096, 8 layers, batch 8 x 1024):
+#   hybridlm bench                     (its SIMD target: the `simd` field)
+#   torch 1.13 peer (Debian python3-torch)               PEER=<dir with bench_tuned.sh>
+#   torch 2.x peer (PyPI, in a venv its setup_venv.sh makes) PEER2=<dir with run_bench.sh, setup_venv.sh>,
+#     with SDPA and with explicit attention (compare with the better of the two); PEER2_EXTRA="--compile" or
+#     "--autocast bf16" adds those runs.
+# The peers live outside this repository (a measuring stick beside the project); a peer whose variable is unset
+# or whose directory is missing is skipped with a note. Usage: PEER=... PEER2=... bench/compare_peer.sh [preset...]
+# (default: swa128-nope full). Writes bench/results/<date>-<preset>-<who>.json and prints one line per run:
+# tokens/s, model GFLOP/s and the ISA that ran (hybridlm's SIMD target; torch's "CPU capability").
+# Run nothing else meanwhile (2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PEER=${PEER:-../shared/bench/peer}
 BIN=${BIN:-./build/release/hybridlm}
+STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}
 mkdir -p bench/results
 d=$(date +%Y-%m-%d)
 presets=("$@"); [ ${#presets[@]} -gt 0 ] || presets=(swa128-nope full)
+
+# One summary line from a hybridlm or peer JSON file.
+summary() {
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys
+who, path = sys.argv[1], sys.argv[2]
+j = json.load(open(path))
+if "train_tokens_per_s" in j:  # hybridlm bench --json
+    print(f"{who:22s} {j['train_tokens_per_s']:8.0f} tok/s {j['train_gflops']:6.1f} GFLOP/s  ISA {j.get('simd', '?')}")
+else:  # a peer results file
+    r = j["results"][0]
+    cap = [c for c in j["machine"].get("torch_config", []) if "CPU capability" in c]
+    isa = re.sub(r".*CPU capability usage:\s*", "", cap[0]) if cap else ("avx512 CPU" if j["machine"].get("avx512") else "?")
+    print(f"{who:22s} {r['train_tokens_per_s']:8.0f} tok/s {r['train_gflops']:6.1f} GFLOP/s  ISA {isa} "
+          f"(torch {j['machine']['torch']}, {j['machine'].get('attention_impl', '?')})")
+PY
+}
+
+peer_ok() { [ -n "${1:-}" ] && [ -d "$1" ]; }
+peer_ok "${PEER:-}" || echo "note: PEER unset or missing: torch 1.13 peer skipped" >&2
+if peer_ok "${PEER2:-}"; then
+  "$PEER2/setup_venv.sh"
+else
+  echo "note: PEER2 unset or missing: torch 2.x peer skipped" >&2
+fi
+
 for p in "${presets[@]}"; do
-  $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps 5 --warmup 2 --json | tee "bench/results/$d-$p-hybridlm.json"
-  if [ -d "$PEER" ]; then
-    (cd "$PEER" && ./bench_tuned.sh --configs "$p" --prefill 1024 --prefill-reps 1 --out "$OLDPWD/bench/results/$d-$p-peer.json" 2>&1 | tail -3) || true
+  out="bench/results/$d-$p"
+  $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps "$STEPS" --warmup "$WARMUP" --json > "$out-hybridlm.json"
+  summary "$p hybridlm" "$out-hybridlm.json"
+  if peer_ok "${PEER:-}"; then
+    (cd "$PEER" && ./bench_tuned.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 1024 \
+      --prefill-reps 1 --out "$OLDPWD/$out-peer.json" > /dev/null 2>&1) && summary "$p torch1.13" "$out-peer.json" ||
+      echo "$p torch 1.13 peer failed" >&2
+  fi
+  if peer_ok "${PEER2:-}"; then
+    for attn in sdpa explicit; do
+      (cd "$PEER2" && ./run_bench.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 0 --attn "$attn" \
+        ${PEER2_EXTRA:-} --out "$OLDPWD/$out-peer2-$attn.json" > /dev/null 2>&1) &&
+        summary "$p torch2 $attn" "$out-peer2-$attn.json" || echo "$p torch 2.x peer ($attn) failed" >&2
+    done
   fi
 done

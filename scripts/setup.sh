@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake pkg-config            # toolchain
   libdnnl-dev                                 # oneDNN: fp32 matmul (AVX-512 JIT)
+  libhwy-dev                                  # Google Highway: SIMD kernels per target, run-time dispatch
   ocl-icd-opencl-dev                          # OpenCL: Debian's dnnl-config.cmake requires it; libdnnl-dev only *recommends* it
   libsentencepiece-dev sentencepiece          # BPE tokenizer
   zlib1g-dev                                  # .gz corpus files

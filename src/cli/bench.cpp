@@ -10,6 +10,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/simd_target.h"
 #include "core/timer.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
@@ -97,7 +98,8 @@ Command register_bench(CLI::App& app) {
                                 {"train_gflops", tps * f.train_per_token / 1e9}, {"peak_rss_mb", peak_rss_mb()},
                                 {"threads", omp_get_max_threads()}, {"mpi", dist::backend()},
                                 {"ranks", world}, {"allreduce_ms", comm_ms[comm_ms.size() / 2]},
-                                {"gradient_mb", model.param_floats() * 4.0 / (1 << 20)}};
+                                {"gradient_mb", model.param_floats() * 4.0 / (1 << 20)},
+                                {"simd", simd_target()}, {"simd_available", simd_targets_available()}};
             if (!dist::is_root()) return 0;
             if (o->json) print_json(r);
             else fmt::print("{}\n", r.dump(2));

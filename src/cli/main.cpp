@@ -4,16 +4,29 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/simd_target.h"
 #include "train/distributed.h"
 
 int main(int argc, char** argv) {
   // MPI starts here when an MPI launcher started us (mpirun -np N hybridlm train ...; docs/distributed.md).
   hlm::dist::Session mpi(&argc, &argv);
+  try {
+    hlm::init_simd();  // an HLM_SIMD the binary cannot honour is a one-line error, before anything runs
+  } catch (const hlm::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
   CLI::App app{"hybridlm: build, train, evaluate and dissect hybrid language models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", fmt::format("hybridlm 0.1.0 (MPI: {})", hlm::dist::built_with_mpi()
-                                                    ? hlm::dist::backend()
-                                                    : std::string("none, single-process build")));
+  // The MPI line says whether this binary runs data-parallel; the SIMD line names the kernels' dispatched
+  // target (HLM_SIMD forces one; docs/performance.md).
+  app.set_version_flag("--version", [] {
+    std::string avail;
+    for (const auto& t : hlm::simd_targets_available()) avail += (avail.empty() ? "" : ", ") + t;
+    return fmt::format("hybridlm 0.1.0 (MPI: {})\nSIMD kernels: {} (this CPU and binary: {})",
+                       hlm::dist::built_with_mpi() ? hlm::dist::backend() : std::string("none, single-process build"),
+                       hlm::simd_target(), avail);
+  });
   std::vector<hlm::cli::Command> cmds = hlm::cli::all_commands(app);
   try {
     app.parse(argc, argv);

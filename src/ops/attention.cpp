@@ -12,342 +12,139 @@
 //
 // Within a tile pair, rows go in blocks of 4 and the other side in vectors of 16: a block only computes
 // the vectors its rows can see (diagonal and window edges); elementwise masking uses per-row ranges.
+//
+// The SIMD code is written once with Google Highway and compiled per target (AVX-512, AVX2, NEON and a portable
+// fallback; docs/performance.md); attention_forward/backward dispatch to the best target at run time. Vectors
+// hold L floats (16 on AVX-512, 8 on AVX2, 4 on NEON, 1 or 4 on the fallback); the tiling logic works in groups
+// of 16 columns (16 / L vectors).
 #include "ops/attention.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <memory>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-// GCC 12's reduce/roundscale intrinsics start from _mm512_undefined_ps(): a false -Wmaybe-uninitialized.
+#include "core/error.h"
+#include "core/simd_target.h"
+#include "ops/attention_tiles.h"
+
+#include "core/simd_config.h"  // before any Highway header
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/attention.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "ops/simd_math-inl.h"
+
+// GCC 12's AVX-512 reduce/roundscale intrinsics start from _mm512_undefined_ps(): a false -Wmaybe-uninitialized.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#endif
 
-#include "core/error.h"
-
-namespace hlm::ops {
+HWY_BEFORE_NAMESPACE();
+namespace hlm::ops::HWY_NAMESPACE {
 namespace {
 
-constexpr int kTile = 64;      // query and key tile size
-constexpr int kRB = 4;         // rows per register block
-constexpr i64 kMinItems = 32;  // work items wanted per call (see nseg)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace hlm::ops::attn;
+using DF = hn::CappedTag<float, 16>;  // at most one 16-column group per vector
+using VF = hn::Vec<DF>;
 
-// ---- scratch -------------------------------------------------------------------------------------
-// Reused per thread (OpenMP keeps its pool), so steady-state calls allocate and page-fault nothing.
-// Slots 0..9: per-worker buffers; 13..15: whole-call buffers owned by the calling thread (which is
-// also worker 0 of the parallel regions, hence separate slots).
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-struct Scratch {
-  std::unique_ptr<float, FreeDeleter> p;
-  size_t n = 0;
-};
-float* scratch(int slot, size_t n) {
-  thread_local Scratch s[16];
-  Scratch& b = s[slot];
-  if (b.n < n) {
-    size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-    b.p.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    HLM_CHECK(b.p != nullptr, "attention: out of memory for {} floats of scratch", n);
-    b.n = n;
-  }
-  return b.p.get();
-}
+// Accumulator vectors per microkernel pass: 4 rows x kMaxNV vectors must fit the register file with the B row
+// and a broadcast (16 registers on AVX2/SSE4, 32 on AVX-512 and NEON).
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+constexpr int kMaxNV = 3;
+#else
+constexpr int kMaxNV = 4;
+#endif
 
-// ---- microkernel: C[mr x 16*nv] (+)= A[mr x K] B[K x 16*nv] --------------------------------------------
-// A element (row r, k) is A[r*a_rs + k*a_ks] (so A^T is a_rs = 1); B is row-major with row stride ldb;
-// the last 16-wide column vector of B and C is masked by `tail`.
-#if defined(__AVX512F__)
-template <int MR, int NV>
-void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, float* C, i64 ldc, __mmask16 tail,
+// ---- microkernel: C[MR x n] (+)= A[MR x K] B[K x n], n = L*(NV-1) + n_last ------------------------------
+// A element (row r, k) is A[r*a_rs + k*a_ks] (so A^T is a_rs = 1); B is row-major with row stride ldb. FULL:
+// the last vector is whole (n_last == L), so no masked loads and stores.
+template <int MR, int NV, bool FULL>
+void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, float* C, i64 ldc, size_t n_last,
         bool acc) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const auto last = hn::FirstN(d, n_last);
   // Unrolled explicitly: otherwise GCC 12 keeps c[][] on the stack and stores it every k (2.5x slower).
-  __m512 c[MR][NV];
+  VF c[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v)
-      c[r][v] = acc ? _mm512_maskz_loadu_ps(v == NV - 1 ? tail : __mmask16(0xFFFF), C + r * ldc + 16 * v)
-                    : _mm512_setzero_ps();
+    for (int v = 0; v < NV; ++v) {
+      float* p = C + r * ldc + L * v;
+      c[r][v] = !acc ? hn::Zero(d) : (!FULL && v == NV - 1) ? hn::MaskedLoad(last, d, p) : hn::LoadU(d, p);
+    }
   for (i64 k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
     const float* a = A + k * a_ks;
-    __m512 bv[NV];
+    VF bv[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v)
-      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(tail, b + 16 * v) : _mm512_loadu_ps(b + 16 * v);
+      bv[v] = (!FULL && v == NV - 1) ? hn::MaskedLoad(last, d, b + L * v) : hn::LoadU(d, b + L * v);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      __m512 av = _mm512_set1_ps(a[r * a_rs]);
+      const VF av = hn::Set(d, a[r * a_rs]);
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(av, bv[v], c[r][v]);
+      for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(av, bv[v], c[r][v]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
-      if (v == NV - 1)
-        _mm512_mask_storeu_ps(C + r * ldc + 16 * v, tail, c[r][v]);
+      float* p = C + r * ldc + L * v;
+      if (!FULL && v == NV - 1)
+        hn::BlendedStore(c[r][v], last, d, p);
       else
-        _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);
+        hn::StoreU(c[r][v], d, p);
     }
 }
-#else
+
+using MkFn = void (*)(i64, const float*, i64, i64, const float*, i64, float*, i64, size_t, bool);
 template <int MR, int NV>
-void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, float* C, i64 ldc, uint32_t tail,
-        bool acc) {
-  int n_last = 0;
-  while (n_last < 16 && (tail >> n_last) & 1u) ++n_last;
-  const int N = 16 * (NV - 1) + n_last;
-  float c[MR][16 * NV];
-  for (int r = 0; r < MR; ++r)
-    for (int j = 0; j < N; ++j) c[r][j] = acc ? C[r * ldc + j] : 0.f;
-  for (i64 k = 0; k < K; ++k) {
-    const float* b = B + k * ldb;
-    for (int r = 0; r < MR; ++r) {
-      const float a = A[r * a_rs + k * a_ks];
-      for (int j = 0; j < N; ++j) c[r][j] += a * b[j];
-    }
-  }
-  for (int r = 0; r < MR; ++r)
-    for (int j = 0; j < N; ++j) C[r * ldc + j] = c[r][j];
-}
-#endif
-
-using MkFn = void (*)(i64, const float*, i64, i64, const float*, i64, float*, i64,
-#if defined(__AVX512F__)
-                      __mmask16,
-#else
-                      uint32_t,
-#endif
-                      bool);
-
+constexpr MkFn mk_pair[2] = {mk<MR, NV, false>, mk<MR, NV, true>};
 template <int MR>
-constexpr MkFn mk_row[4] = {mk<MR, 1>, mk<MR, 2>, mk<MR, 3>, mk<MR, 4>};
-constexpr const MkFn* mk_table[4] = {mk_row<1>, mk_row<2>, mk_row<3>, mk_row<4>};
+constexpr const MkFn* mk_row[4] = {mk_pair<MR, 1>, mk_pair<MR, 2>, mk_pair<MR, 3>, mk_pair<MR, 4>};
+constexpr const MkFn* const* mk_table[4] = {mk_row<1>, mk_row<2>, mk_row<3>, mk_row<4>};
 
-// Runs the microkernel for mr (1..4) rows and columns [0, N) in chunks of 64 (N >= 1).
+// C[mr x N] (+)= A[mr x K] B[K x N] for mr in 1..4 rows and N >= 1 columns, in passes of kMaxNV vectors.
 inline void block(int mr, i64 N, i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, float* C, i64 ldc,
                   bool acc) {
-  for (i64 c0 = 0; c0 < N; c0 += 64) {
-    const i64 n = std::min<i64>(64, N - c0);
-    const int nv = static_cast<int>((n + 15) / 16);
-    const int rem = static_cast<int>(n - 16 * (nv - 1));
-    const uint32_t tail = rem == 16 ? 0xFFFFu : ((1u << rem) - 1u);
-    mk_table[mr - 1][nv - 1](K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, static_cast<uint16_t>(tail), acc);
+  const i64 L = static_cast<i64>(hn::Lanes(DF()));
+  for (i64 c0 = 0; c0 < N; c0 += kMaxNV * L) {
+    const i64 n = std::min<i64>(kMaxNV * L, N - c0), nv = (n + L - 1) / L, n_last = n - L * (nv - 1);
+    mk_table[mr - 1][nv - 1][n_last == L](K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, static_cast<size_t>(n_last),
+                                           acc);
   }
 }
 
-// Lanes of the 16-vector v that fall in the inclusive column range [lo, hi].
-inline uint32_t range_mask(int lo, int hi, int v) {
-  int a = std::max(lo - 16 * v, 0), b = std::min(hi - 16 * v, 15);
-  if (a > b) return 0;
-  return ((2u << b) - 1u) & ~((1u << a) - 1u);
+// Lanes of the vector starting at column `first` whose column lies in the inclusive range [lo, hi].
+inline hn::Mask<DF> in_range(int first, int lo, int hi) {
+  const DF d;
+  const VF idx = hn::Iota(d, static_cast<float>(first));
+  return hn::And(hn::Ge(idx, hn::Set(d, static_cast<float>(lo))), hn::Le(idx, hn::Set(d, static_cast<float>(hi))));
 }
 
-#if defined(__AVX512F__)
-// 2^x on the lanes in `valid` (0 elsewhere and where 2^x would be subnormal). Degree-7 Taylor series of
-// e^(f ln2) on |f| <= 1/2: relative error < 1e-8, below fp32 rounding.
-inline __m512 exp2_masked(__m512 x, __mmask16 valid) {
-  const __m512 lo = _mm512_set1_ps(-125.f);
-  valid &= _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  x = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(kLn2));
-  __m512 p = _mm512_set1_ps(1.f / 5040.f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_maskz_scalef_ps(valid, p, n);
-}
-#endif
-
-// ---- work split -------------------------------------------------------------------------------------
-// Query tiles are dealt to nseg segments in zig-zag order (0 1 .. n-1 n-1 .. 1 0 0 1 ..), so with causal
-// rows (tile i costs ~ i + 1) every segment gets about the same work.
-inline i64 seg_of(i64 it, i64 nseg) {
-  const i64 r = it % (2 * nseg);
-  return r < nseg ? r : 2 * nseg - 1 - r;
-}
-// The segment's first query tile after `it` (nt when none).
-inline i64 next_tile(i64 it, i64 seg, i64 nseg, i64 nt) {
-  for (++it; it < nt; ++it)
-    if (seg_of(it, nseg) == seg) return it;
-  return nt;
-}
-
-// ---- shapes and masks -------------------------------------------------------------------------------
-struct Geom {
-  // W: effective window (Tk for full causal); nt: query tiles per row. Keys: Tk per row in ntk tiles, and
-  // query t sits at key index t + off (off = Tk - T, 0 in training).
-  i64 B, T, H, Hkv, hd, hpg, W, nt, Tk, off, ntk;
-  float scale;
-  bool par;  // worth a parallel region (tiny calls lose more to thread wake-ups than they gain)
-};
-
-Geom check_and_geom(const char* op, const AttentionShape& s, i64 q_stride, i64 kv_stride) {
-  HLM_CHECK(s.B >= 1 && s.T >= 1 && s.H >= 1 && s.Hkv >= 1 && s.hd >= 1, "{}: bad shape B={} T={} H={} Hkv={} hd={}",
-            op, s.B, s.T, s.H, s.Hkv, s.hd);
-  HLM_CHECK(s.H % s.Hkv == 0, "{}: H={} is not a multiple of Hkv={} (B={} T={} hd={})", op, s.H, s.Hkv, s.B, s.T, s.hd);
-  HLM_CHECK(s.window >= 0, "{}: negative window {} (B={} T={} H={} hd={})", op, s.window, s.B, s.T, s.H, s.hd);
-  HLM_CHECK(std::isfinite(s.scale) && s.scale >= 0, "{}: bad scale {} (hd={})", op, s.scale, s.hd);
-  HLM_CHECK(s.Tk == 0 || s.Tk >= s.T, "{}: Tk={} keys for T={} queries (need Tk >= T or Tk = 0; B={} H={} hd={})", op,
-            s.Tk, s.T, s.B, s.H, s.hd);
-  HLM_CHECK(q_stride >= s.H * s.hd, "{}: q_stride {} < H*hd = {}*{} (B={} T={})", op, q_stride, s.H, s.hd, s.B, s.T);
-  HLM_CHECK(kv_stride >= s.Hkv * s.hd, "{}: kv_stride {} < Hkv*hd = {}*{} (B={} T={})", op, kv_stride, s.Hkv, s.hd, s.B,
-            s.T);
-  Geom g;
-  g.B = s.B, g.T = s.T, g.H = s.H, g.Hkv = s.Hkv, g.hd = s.hd, g.hpg = s.H / s.Hkv;
-  g.Tk = s.Tk > 0 ? s.Tk : s.T;
-  g.off = g.Tk - s.T;
-  g.W = (s.window == 0 || s.window >= g.Tk) ? g.Tk : s.window;
-  g.nt = (s.T + kTile - 1) / kTile;
-  g.ntk = (g.Tk + kTile - 1) / kTile;
-  g.par = static_cast<double>(s.B * s.H * s.hd) * static_cast<double>(s.T) * static_cast<double>(g.W) >
-          static_cast<double>(1 << 22);
-  g.scale = s.scale != 0.f ? s.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
-  return g;
-}
-
-// lo[b*T + t] = first key index query t sees: max(doc start, t + off - W + 1). Documents must be contiguous
-// runs (each doc_start is either the previous one or t itself), which makes lo non-decreasing in t.
-const int32_t* first_keys(const char* op, const Geom& g, const int32_t* doc_start) {
-  HLM_CHECK(g.Tk < (i64{1} << 30), "{}: T={} Tk={} too long", op, g.T, g.Tk);
-  HLM_CHECK(!doc_start || g.off == 0, "{}: doc_start needs Tk == T (got T={} Tk={})", op, g.T, g.Tk);
-  auto* lo = reinterpret_cast<int32_t*>(scratch(15, static_cast<size_t>(g.B * g.T)));
-  for (i64 b = 0; b < g.B; ++b)
-    for (i64 t = 0; t < g.T; ++t) {
-      i64 l = std::max<i64>(0, t + g.off - g.W + 1);
-      if (doc_start) {
-        const i64 d = doc_start[b * g.T + t];
-        const i64 prev = t > 0 ? doc_start[b * g.T + t - 1] : 0;
-        HLM_CHECK(d == t || (t > 0 && d == prev),
-                  "{}: doc_start[{}*T+{}] = {} is neither {} (same document) nor {} (new document); B={} T={}", op, b,
-                  t, d, prev, t, g.B, g.T);
-        l = std::max(l, d);
-      }
-      lo[b * g.T + t] = static_cast<int32_t>(l);
-    }
-  return lo;
-}
-
-// Visibility inside one (query tile, key tile) pair, all indices relative to the tiles and inclusive
-// (a range is empty when its first index is past its last). Because lo is non-decreasing, the queries
-// that see a key form one contiguous run too.
-struct TileMask {
-  int cl[kTile], ch[kTile];  // query r sees keys cl[r] .. ch[r]
-  int ql[kTile], qh[kTile];  // key c is seen by queries ql[c] .. qh[c]
-  // per 4-query block: 16-key vectors [v0, v1) and exact key range [kb, ke) its queries see;
-  // per 4-key block: 16-query vectors [w0, w1) that see any of its keys (v0 == v1 etc.: nothing)
-  int v0[kTile / kRB], v1[kTile / kRB], kb[kTile / kRB], ke[kTile / kRB];
-  int w0[kTile / kRB], w1[kTile / kRB];
-  // i0: key index of the tile's first query (its diagonal), k0: the key tile's first key index.
-  void build(const int32_t* lo_row, i64 i0, int nq, i64 k0, int nk) {
-    for (int r = 0; r < nq; ++r) {
-      cl[r] = static_cast<int>(std::max<i64>(lo_row[r] - k0, 0));
-      ch[r] = static_cast<int>(std::min<i64>(i0 + r - k0, nk - 1));
-    }
-    for (int rb = 0; rb * kRB < nq; ++rb) {
-      int a = kTile, b = -1;
-      for (int r = rb * kRB; r < std::min(nq, rb * kRB + kRB); ++r)
-        if (cl[r] <= ch[r]) a = std::min(a, cl[r]), b = std::max(b, ch[r]);
-      v0[rb] = b < 0 ? 0 : a / 16;
-      v1[rb] = b < 0 ? 0 : b / 16 + 1;
-      kb[rb] = b < 0 ? 0 : a;
-      ke[rb] = b < 0 ? 0 : b + 1;
-    }
-    int r = 0;
-    for (int c = 0; c < nk; ++c) {
-      while (r < nq && lo_row[r] <= k0 + c) ++r;
-      qh[c] = r - 1;
-      ql[c] = static_cast<int>(std::max<i64>(k0 + c - i0, 0));
-    }
-    for (int cb = 0; cb * kRB < nk; ++cb) {
-      int a = kTile, b = -1;
-      for (int c = cb * kRB; c < std::min(nk, cb * kRB + kRB); ++c)
-        if (ql[c] <= qh[c]) a = std::min(a, ql[c]), b = std::max(b, qh[c]);
-      w0[cb] = b < 0 ? 0 : a / 16;
-      w1[cb] = b < 0 ? 0 : b / 16 + 1;
-    }
-  }
-};
-
-// Rows the next tiles will need (strided 3 KB apart at the bench config, too far apart for the hardware
-// prefetchers), requested a few cache lines at a time between microkernel calls: issued all at once the
-// prefetches stall on the full miss queues instead of overlapping with the arithmetic.
-class Prefetcher {
- public:
-  void clear() { n_ = cur_ = 0, row_ = off_ = 0; }
-  void add(const float* p, i64 stride, i64 rows, i64 hd, bool for_write) {
-    if (rows > 0 && n_ < 8) r_[n_++] = {reinterpret_cast<const char*>(p), stride * 4, rows, hd * 4, for_write};
-  }
-  void step(int lines) {
-    for (; lines > 0 && cur_ < n_; --lines) {
-      const Range& r = r_[cur_];
-      const char* a = r.p + row_ * r.stride + off_;
-      if (r.write)
-        __builtin_prefetch(a, 1, 2);
-      else
-        __builtin_prefetch(a, 0, 2);
-      if ((off_ += 64) >= r.row_bytes) {
-        off_ = 0;
-        if (++row_ == r.rows) row_ = 0, ++cur_;
-      }
-    }
-  }
-  void flush() { step(1 << 30); }
-
- private:
-  struct Range {
-    const char* p;
-    i64 stride, rows, row_bytes;
-    bool write;
-  };
-  Range r_[8];
-  int n_ = 0, cur_ = 0;
-  i64 row_ = 0, off_ = 0;
-};
-
-// Dot product with 16 partial sums (fixed order, so still deterministic).
+// Dot product with L partial sums (fixed order, so still deterministic).
 inline float dot(const float* a, const float* b, i64 n) {
-#if defined(__AVX512F__)
-  __m512 acc = _mm512_setzero_ps();
-  for (i64 d = 0; d < n; d += 16) {
-    const __mmask16 m = static_cast<__mmask16>(n - d >= 16 ? 0xFFFFu : (1u << (n - d)) - 1u);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + d), _mm512_maskz_loadu_ps(m, b + d), acc);
+  const DF d;
+  const i64 L = static_cast<i64>(hn::Lanes(d));
+  VF acc = hn::Zero(d);
+  i64 i = 0;
+  for (; i + L <= n; i += L) acc = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc);
+  if (i < n) {
+    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
+    acc = hn::MulAdd(hn::MaskedLoad(m, d, a + i), hn::MaskedLoad(m, d, b + i), acc);
   }
-  return _mm512_reduce_add_ps(acc);
-#else
-  float acc = 0.f;
-  for (i64 d = 0; d < n; ++d) acc += a[d] * b[d];
-  return acc;
-#endif
+  return hn::GetLane(hn::SumOfLanes(d, acc));
 }
 
-// Rows of one head copied to a contiguous [n, hd] block.
-void pack_rows(const float* src, i64 stride, int n, i64 hd, float* dst) {
-  for (int r = 0; r < n; ++r) std::memcpy(dst + r * hd, src + r * stride, hd * sizeof(float));
-}
-
-#if defined(__AVX512F__)
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 // In-register transpose of a 16 x 16 block (a[i] = row i on entry, column i on exit).
 inline void transpose16(__m512 a[16]) {
   __m512 b[16], c[16];
@@ -378,7 +175,8 @@ inline void transpose16(__m512 a[16]) {
 
 // Transpose of n (<= 64) rows of one head, times mul: dst [hd][64], zero padded beyond n.
 void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) {
-#if defined(__AVX512F__)
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // The one target-specific path: 16 x 16 blocks transposed in registers (Highway 1.0 has no 16-lane transpose).
   const __m512 vm = _mm512_set1_ps(mul);
   for (int r0 = 0; r0 < kTile; r0 += 16)
     for (i64 d0 = 0; d0 < hd; d0 += 16) {
@@ -401,7 +199,7 @@ void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) 
 }  // namespace
 
 // ---- forward ------------------------------------------------------------------------------------------
-void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
+void attention_forward_impl(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
                        i64 kv_stride, float* o, float* lse, const int32_t* doc_start) {
   const Geom g = check_and_geom("attention_forward", s, q_stride, kv_stride);
   HLM_CHECK(q && k && v && o && lse, "attention_forward: null pointer (B={} T={} H={} hd={})", g.B, g.T, g.H, g.hd);
@@ -476,8 +274,8 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
               const int c0 = cb * kRB, mc = std::min(kRB, nk - c0), w0 = tm.w0[cb], w1 = tm.w1[cb];
               if (w0 == w1) continue;
               pf.step(12);
-              mk_table[mc - 1][w1 - w0 - 1](hd, kbuf + c0 * hd, hd, 1, qt + 16 * w0, kTile, st + c0 * kTile + 16 * w0,
-                                            kTile, 0xFFFF, false);
+              block(mc, 16 * (w1 - w0), hd, kbuf + c0 * hd, hd, 1, qt + 16 * w0, kTile, st + c0 * kTile + 16 * w0, kTile,
+                    false);
             }
             // Online softmax for 16 queries at a time over the keys any of them sees ([ca, cz]).
             for (int qv = 0; qv < nqv; ++qv) {
@@ -488,45 +286,27 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
                 std::fill(alpha + 16 * qv, alpha + 16 * qv + 16, 1.f);
                 continue;
               }
-#if defined(__AVX512F__)
-              const __m512 ninf = _mm512_set1_ps(kNegInf);
-              __m512 vmax = ninf;
-              for (int c = ca; c <= cz; ++c) {
-                const __mmask16 mv = static_cast<__mmask16>(range_mask(tm.ql[c], tm.qh[c], qv));
-                vmax = _mm512_max_ps(vmax, _mm512_mask_mov_ps(ninf, mv, _mm512_loadu_ps(st + c * kTile + 16 * qv)));
-              }
-              const __m512 m_old = _mm512_load_ps(m + 16 * qv), m_new = _mm512_max_ps(m_old, vmax);
-              // Lanes that had no key yet get alpha = 0 (their O and l are still zero).
-              const __m512 a = exp2_masked(_mm512_sub_ps(m_old, m_new), _mm512_cmp_ps_mask(m_old, ninf, _CMP_NEQ_OQ));
-              __m512 vsum = _mm512_setzero_ps();
-              for (int c = ca; c <= cz; ++c) {
-                const __mmask16 mv = static_cast<__mmask16>(range_mask(tm.ql[c], tm.qh[c], qv));
-                const __m512 p = exp2_masked(_mm512_sub_ps(_mm512_loadu_ps(st + c * kTile + 16 * qv), m_new), mv);
-                vsum = _mm512_add_ps(vsum, p);
-                _mm512_storeu_ps(st + c * kTile + 16 * qv, p);
-              }
-              _mm512_store_ps(l + 16 * qv, _mm512_fmadd_ps(_mm512_load_ps(l + 16 * qv), a, vsum));
-              _mm512_store_ps(m + 16 * qv, m_new);
-              _mm512_store_ps(alpha + 16 * qv, a);
-#else
-              for (int r = 16 * qv; r < 16 * qv + 16; ++r) {
-                const bool any = r < nq && tm.cl[r] <= tm.ch[r];
-                float mt = kNegInf;
-                if (any)
-                  for (int c = tm.cl[r]; c <= tm.ch[r]; ++c) mt = std::max(mt, st[c * kTile + r]);
-                const float m_new = std::max(m[r], mt);
-                float psum = 0.f;
+              const DF d;
+              const VF ninf = hn::Set(d, kNegInf);
+              for (int q0 = 16 * qv; q0 < 16 * qv + 16; q0 += static_cast<int>(hn::Lanes(d))) {
+                VF vmax = ninf;
+                for (int c = ca; c <= cz; ++c)
+                  vmax = hn::Max(vmax, hn::IfThenElse(in_range(q0, tm.ql[c], tm.qh[c]), hn::LoadU(d, st + c * kTile + q0),
+                                                      ninf));
+                const VF m_old = hn::Load(d, m + q0), m_new = hn::Max(m_old, vmax);
+                // Lanes that had no key yet get alpha = 0 (their O and l are still zero).
+                const VF a = exp2_masked(d, hn::Sub(m_old, m_new), hn::Ne(m_old, ninf));
+                VF vsum = hn::Zero(d);
                 for (int c = ca; c <= cz; ++c) {
-                  const bool in = any && c >= tm.cl[r] && c <= tm.ch[r];
-                  const float p = in ? std::exp2(st[c * kTile + r] - m_new) : 0.f;
-                  st[c * kTile + r] = p;
-                  psum += p;
+                  float* sc = st + c * kTile + q0;
+                  const VF p = exp2_masked(d, hn::Sub(hn::LoadU(d, sc), m_new), in_range(q0, tm.ql[c], tm.qh[c]));
+                  vsum = hn::Add(vsum, p);
+                  hn::StoreU(p, d, sc);
                 }
-                alpha[r] = !any ? 1.f : m[r] == kNegInf ? 0.f : std::exp2(m[r] - m_new);
-                l[r] = l[r] * alpha[r] + psum;
-                m[r] = m_new;
+                hn::Store(hn::MulAdd(hn::Load(d, l + q0), a, vsum), d, l + q0);
+                hn::Store(m_new, d, m + q0);
+                hn::Store(a, d, alpha + q0);
               }
-#endif
             }
             // O = alpha * O + P V, per block of 4 queries over the keys they see.
             for (int r = 0; r < nq; ++r)
@@ -552,7 +332,7 @@ void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, co
 }
 
 // ---- backward -----------------------------------------------------------------------------------------
-void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
+void attention_backward_impl(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
                         i64 kv_stride, const float* o, const float* lse, const float* dout, float* dq, float* dk,
                         float* dv, const int32_t* doc_start) {
   const Geom g = check_and_geom("attention_backward", s, q_stride, kv_stride);
@@ -658,39 +438,28 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
               }
               // S = Q K^T and dP = dO V^T on the visible vectors of this row block.
               pf.step(8);
-              mk_table[mr - 1][v1 - v0 - 1](hd, qbuf + r0 * hd, hd, 1, ktp + 16 * v0, kTile, prow0 + 16 * v0, kTile,
-                                            0xFFFF, false);
-              mk_table[mr - 1][v1 - v0 - 1](hd, dobuf + r0 * hd, hd, 1, vtp + 16 * v0, kTile, dsrow0 + 16 * v0, kTile,
-                                            0xFFFF, false);
+              block(mr, 16 * (v1 - v0), hd, qbuf + r0 * hd, hd, 1, ktp + 16 * v0, kTile, prow0 + 16 * v0, kTile, false);
+              block(mr, 16 * (v1 - v0), hd, dobuf + r0 * hd, hd, 1, vtp + 16 * v0, kTile, dsrow0 + 16 * v0, kTile,
+                    false);
               // P = 2^(S c2 - lse2), dS = P (dP - D) scale; zero outside the visible range (the transposed
               // products below read whole columns).
               for (int r = r0; r < r0 + mr; ++r) {
                 float* prow = pbuf + r * kTile;
                 float* dsrow = dsbuf + r * kTile;
                 const int cl = tm.cl[r], ch = tm.ch[r];
-#if defined(__AVX512F__)
-                const __m512 vc2 = _mm512_set1_ps(c2), vl = _mm512_set1_ps(lse2[r]);
-                const __m512 vD = _mm512_set1_ps(Drow[r]), vs = _mm512_set1_ps(scale);
-                for (int vv = 0; vv < kTile / 16; ++vv) {
-                  if (vv < v0 || vv >= v1) {
-                    _mm512_storeu_ps(prow + 16 * vv, _mm512_setzero_ps());
-                    _mm512_storeu_ps(dsrow + 16 * vv, _mm512_setzero_ps());
+                const DF d;
+                const VF vc2 = hn::Set(d, c2), vl = hn::Set(d, lse2[r]), vD = hn::Set(d, Drow[r]), vs = hn::Set(d, scale);
+                for (int c0 = 0; c0 < kTile; c0 += static_cast<int>(hn::Lanes(d))) {
+                  if (c0 < 16 * v0 || c0 >= 16 * v1) {
+                    hn::StoreU(hn::Zero(d), d, prow + c0);
+                    hn::StoreU(hn::Zero(d), d, dsrow + c0);
                     continue;
                   }
-                  const __mmask16 mv = static_cast<__mmask16>(range_mask(cl, ch, vv));
-                  const __m512 p = exp2_masked(_mm512_fmsub_ps(_mm512_loadu_ps(prow + 16 * vv), vc2, vl), mv);
-                  const __m512 dp = _mm512_sub_ps(_mm512_loadu_ps(dsrow + 16 * vv), vD);
-                  _mm512_storeu_ps(prow + 16 * vv, p);
-                  _mm512_storeu_ps(dsrow + 16 * vv, _mm512_mul_ps(_mm512_mul_ps(p, dp), vs));
+                  const VF p = exp2_masked(d, hn::MulSub(hn::LoadU(d, prow + c0), vc2, vl), in_range(c0, cl, ch));
+                  const VF dp = hn::Sub(hn::LoadU(d, dsrow + c0), vD);
+                  hn::StoreU(p, d, prow + c0);
+                  hn::StoreU(hn::Mul(hn::Mul(p, dp), vs), d, dsrow + c0);
                 }
-#else
-                for (int c = 0; c < kTile; ++c) {
-                  const bool in = c >= 16 * v0 && c < 16 * v1 && c >= cl && c <= ch;
-                  const float p = in ? std::exp2(prow[c] * c2 - lse2[r]) : 0.f;
-                  dsrow[c] = in ? p * (dsrow[c] - Drow[r]) * scale : 0.f;
-                  prow[c] = p;
-                }
-#endif
               }
               // dQ[r0:r0+mr] += dS K over the keys these rows see (dS already carries the scale).
               const int kb = tm.kb[rb], ke = tm.ke[rb];
@@ -747,4 +516,27 @@ void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, c
   }
 }
 
+}  // namespace hlm::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace hlm::ops {
+
+HWY_EXPORT(attention_forward_impl);
+HWY_EXPORT(attention_backward_impl);
+
+void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
+                       i64 kv_stride, float* o, float* lse, const int32_t* doc_start) {
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(attention_forward_impl)(s, q, q_stride, k, v, kv_stride, o, lse, doc_start);
+}
+
+void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
+                        i64 kv_stride, const float* o, const float* lse, const float* dout, float* dq, float* dk,
+                        float* dv, const int32_t* doc_start) {
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(attention_backward_impl)(s, q, q_stride, k, v, kv_stride, o, lse, dout, dq, dk, dv, doc_start);
+}
+
 }  // namespace hlm::ops
+#endif  // HWY_ONCE

@@ -1,0 +1,200 @@
+#pragma once
+// Target-independent parts of the attention kernels (ops/attention.cpp): tile constants, per-thread scratch,
+// the work split over query tiles, shape checks, per-tile visibility masks and the software prefetcher.
+// Only ops/attention.cpp includes this; the SIMD code lives there, compiled once per target.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "core/error.h"
+#include "ops/attention.h"
+
+namespace hlm::ops::attn {
+
+constexpr int kTile = 64;      // query and key tile size
+constexpr int kRB = 4;         // rows per register block
+constexpr i64 kMinItems = 32;  // work items wanted per call (see nseg)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// ---- scratch -------------------------------------------------------------------------------------
+// Reused per thread (OpenMP keeps its pool), so steady-state calls allocate and page-fault nothing.
+// Slots 0..9: per-worker buffers; 13..15: whole-call buffers owned by the calling thread (which is
+// also worker 0 of the parallel regions, hence separate slots).
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+struct Scratch {
+  std::unique_ptr<float, FreeDeleter> p;
+  size_t n = 0;
+};
+inline float* scratch(int slot, size_t n) {
+  thread_local Scratch s[16];
+  Scratch& b = s[slot];
+  if (b.n < n) {
+    size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+    b.p.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    HLM_CHECK(b.p != nullptr, "attention: out of memory for {} floats of scratch", n);
+    b.n = n;
+  }
+  return b.p.get();
+}
+
+// ---- work split -------------------------------------------------------------------------------------
+// Query tiles are dealt to nseg segments in zig-zag order (0 1 .. n-1 n-1 .. 1 0 0 1 ..), so with causal
+// rows (tile i costs ~ i + 1) every segment gets about the same work.
+inline i64 seg_of(i64 it, i64 nseg) {
+  const i64 r = it % (2 * nseg);
+  return r < nseg ? r : 2 * nseg - 1 - r;
+}
+// The segment's first query tile after `it` (nt when none).
+inline i64 next_tile(i64 it, i64 seg, i64 nseg, i64 nt) {
+  for (++it; it < nt; ++it)
+    if (seg_of(it, nseg) == seg) return it;
+  return nt;
+}
+
+// ---- shapes and masks -------------------------------------------------------------------------------
+struct Geom {
+  // W: effective window (Tk for full causal); nt: query tiles per row. Keys: Tk per row in ntk tiles, and
+  // query t sits at key index t + off (off = Tk - T, 0 in training).
+  i64 B, T, H, Hkv, hd, hpg, W, nt, Tk, off, ntk;
+  float scale;
+  bool par;  // worth a parallel region (tiny calls lose more to thread wake-ups than they gain)
+};
+
+inline Geom check_and_geom(const char* op, const AttentionShape& s, i64 q_stride, i64 kv_stride) {
+  HLM_CHECK(s.B >= 1 && s.T >= 1 && s.H >= 1 && s.Hkv >= 1 && s.hd >= 1, "{}: bad shape B={} T={} H={} Hkv={} hd={}",
+            op, s.B, s.T, s.H, s.Hkv, s.hd);
+  HLM_CHECK(s.H % s.Hkv == 0, "{}: H={} is not a multiple of Hkv={} (B={} T={} hd={})", op, s.H, s.Hkv, s.B, s.T, s.hd);
+  HLM_CHECK(s.window >= 0, "{}: negative window {} (B={} T={} H={} hd={})", op, s.window, s.B, s.T, s.H, s.hd);
+  HLM_CHECK(std::isfinite(s.scale) && s.scale >= 0, "{}: bad scale {} (hd={})", op, s.scale, s.hd);
+  HLM_CHECK(s.Tk == 0 || s.Tk >= s.T, "{}: Tk={} keys for T={} queries (need Tk >= T or Tk = 0; B={} H={} hd={})", op,
+            s.Tk, s.T, s.B, s.H, s.hd);
+  HLM_CHECK(q_stride >= s.H * s.hd, "{}: q_stride {} < H*hd = {}*{} (B={} T={})", op, q_stride, s.H, s.hd, s.B, s.T);
+  HLM_CHECK(kv_stride >= s.Hkv * s.hd, "{}: kv_stride {} < Hkv*hd = {}*{} (B={} T={})", op, kv_stride, s.Hkv, s.hd, s.B,
+            s.T);
+  Geom g;
+  g.B = s.B, g.T = s.T, g.H = s.H, g.Hkv = s.Hkv, g.hd = s.hd, g.hpg = s.H / s.Hkv;
+  g.Tk = s.Tk > 0 ? s.Tk : s.T;
+  g.off = g.Tk - s.T;
+  g.W = (s.window == 0 || s.window >= g.Tk) ? g.Tk : s.window;
+  g.nt = (s.T + kTile - 1) / kTile;
+  g.ntk = (g.Tk + kTile - 1) / kTile;
+  g.par = static_cast<double>(s.B * s.H * s.hd) * static_cast<double>(s.T) * static_cast<double>(g.W) >
+          static_cast<double>(1 << 22);
+  g.scale = s.scale != 0.f ? s.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
+  return g;
+}
+
+// lo[b*T + t] = first key index query t sees: max(doc start, t + off - W + 1). Documents must be contiguous
+// runs (each doc_start is either the previous one or t itself), which makes lo non-decreasing in t.
+inline const int32_t* first_keys(const char* op, const Geom& g, const int32_t* doc_start) {
+  HLM_CHECK(g.Tk < (i64{1} << 30), "{}: T={} Tk={} too long", op, g.T, g.Tk);
+  HLM_CHECK(!doc_start || g.off == 0, "{}: doc_start needs Tk == T (got T={} Tk={})", op, g.T, g.Tk);
+  auto* lo = reinterpret_cast<int32_t*>(scratch(15, static_cast<size_t>(g.B * g.T)));
+  for (i64 b = 0; b < g.B; ++b)
+    for (i64 t = 0; t < g.T; ++t) {
+      i64 l = std::max<i64>(0, t + g.off - g.W + 1);
+      if (doc_start) {
+        const i64 d = doc_start[b * g.T + t];
+        const i64 prev = t > 0 ? doc_start[b * g.T + t - 1] : 0;
+        HLM_CHECK(d == t || (t > 0 && d == prev),
+                  "{}: doc_start[{}*T+{}] = {} is neither {} (same document) nor {} (new document); B={} T={}", op, b,
+                  t, d, prev, t, g.B, g.T);
+        l = std::max(l, d);
+      }
+      lo[b * g.T + t] = static_cast<int32_t>(l);
+    }
+  return lo;
+}
+
+// Visibility inside one (query tile, key tile) pair, all indices relative to the tiles and inclusive
+// (a range is empty when its first index is past its last). Because lo is non-decreasing, the queries
+// that see a key form one contiguous run too.
+struct TileMask {
+  int cl[kTile], ch[kTile];  // query r sees keys cl[r] .. ch[r]
+  int ql[kTile], qh[kTile];  // key c is seen by queries ql[c] .. qh[c]
+  // per 4-query block: 16-key vectors [v0, v1) and exact key range [kb, ke) its queries see;
+  // per 4-key block: 16-query vectors [w0, w1) that see any of its keys (v0 == v1 etc.: nothing)
+  int v0[kTile / kRB], v1[kTile / kRB], kb[kTile / kRB], ke[kTile / kRB];
+  int w0[kTile / kRB], w1[kTile / kRB];
+  // i0: key index of the tile's first query (its diagonal), k0: the key tile's first key index.
+  void build(const int32_t* lo_row, i64 i0, int nq, i64 k0, int nk) {
+    for (int r = 0; r < nq; ++r) {
+      cl[r] = static_cast<int>(std::max<i64>(lo_row[r] - k0, 0));
+      ch[r] = static_cast<int>(std::min<i64>(i0 + r - k0, nk - 1));
+    }
+    for (int rb = 0; rb * kRB < nq; ++rb) {
+      int a = kTile, b = -1;
+      for (int r = rb * kRB; r < std::min(nq, rb * kRB + kRB); ++r)
+        if (cl[r] <= ch[r]) a = std::min(a, cl[r]), b = std::max(b, ch[r]);
+      v0[rb] = b < 0 ? 0 : a / 16;
+      v1[rb] = b < 0 ? 0 : b / 16 + 1;
+      kb[rb] = b < 0 ? 0 : a;
+      ke[rb] = b < 0 ? 0 : b + 1;
+    }
+    int r = 0;
+    for (int c = 0; c < nk; ++c) {
+      while (r < nq && lo_row[r] <= k0 + c) ++r;
+      qh[c] = r - 1;
+      ql[c] = static_cast<int>(std::max<i64>(k0 + c - i0, 0));
+    }
+    for (int cb = 0; cb * kRB < nk; ++cb) {
+      int a = kTile, b = -1;
+      for (int c = cb * kRB; c < std::min(nk, cb * kRB + kRB); ++c)
+        if (ql[c] <= qh[c]) a = std::min(a, ql[c]), b = std::max(b, qh[c]);
+      w0[cb] = b < 0 ? 0 : a / 16;
+      w1[cb] = b < 0 ? 0 : b / 16 + 1;
+    }
+  }
+};
+
+// Rows the next tiles will need (strided 3 KB apart at the bench config, too far apart for the hardware
+// prefetchers), requested a few cache lines at a time between microkernel calls: issued all at once the
+// prefetches stall on the full miss queues instead of overlapping with the arithmetic.
+class Prefetcher {
+ public:
+  void clear() { n_ = cur_ = 0, row_ = off_ = 0; }
+  void add(const float* p, i64 stride, i64 rows, i64 hd, bool for_write) {
+    if (rows > 0 && n_ < 8) r_[n_++] = {reinterpret_cast<const char*>(p), stride * 4, rows, hd * 4, for_write};
+  }
+  void step(int lines) {
+    for (; lines > 0 && cur_ < n_; --lines) {
+      const Range& r = r_[cur_];
+      const char* a = r.p + row_ * r.stride + off_;
+      if (r.write)
+        __builtin_prefetch(a, 1, 2);
+      else
+        __builtin_prefetch(a, 0, 2);
+      if ((off_ += 64) >= r.row_bytes) {
+        off_ = 0;
+        if (++row_ == r.rows) row_ = 0, ++cur_;
+      }
+    }
+  }
+  void flush() { step(1 << 30); }
+
+ private:
+  struct Range {
+    const char* p;
+    i64 stride, rows, row_bytes;
+    bool write;
+  };
+  Range r_[8];
+  int n_ = 0, cur_ = 0;
+  i64 row_ = 0, off_ = 0;
+};
+
+// Rows of one head copied to a contiguous [n, hd] block.
+inline void pack_rows(const float* src, i64 stride, int n, i64 hd, float* dst) {
+  for (int r = 0; r < n; ++r) std::memcpy(dst + r * hd, src + r * stride, hd * sizeof(float));
+}
+
+}  // namespace hlm::ops::attn

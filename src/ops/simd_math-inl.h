@@ -1,0 +1,62 @@
+// exp and exp2 on Highway vectors, for the kernels compiled per SIMD target (docs/performance.md). Included
+// from inside a foreach_target translation unit, so it has a per-target include guard instead of #pragma once.
+// Both reduce to 2^n * e^r with |r| <= ln2/2 and a degree-7 Taylor polynomial (truncation < 1e-8 relative):
+// the same formulas as the scalar ops/fast_exp.h, about 2 ulp.
+#if defined(HLM_OPS_SIMD_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HLM_OPS_SIMD_MATH_INL_H_
+#undef HLM_OPS_SIMD_MATH_INL_H_
+#else
+#define HLM_OPS_SIMD_MATH_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace hlm::ops::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// e^r for |r| <= ln2/2 (Horner, FMA where the target has it).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V exp_reduced(D d, V r) {
+  V p = hn::Set(d, 1.f / 5040.f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.f / 720.f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.f / 120.f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.f / 24.f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.f / 6.f));
+  p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.f));
+  return hn::MulAdd(p, r, hn::Set(d, 1.f));
+}
+
+// 2^n for integral n in [-126, 127] (held in a float vector).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V pow2i(D d, V n) {
+  const hn::RebindToSigned<D> di;
+  return hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+}
+
+// 2^x; 0 where x < -125 (where 2^x is near or below the subnormal range) or where `valid` is false.
+template <class D, class V = hn::Vec<D>, class M = hn::Mask<D>>
+HWY_INLINE V exp2_masked(D d, V x, M valid) {
+  valid = hn::And(valid, hn::Ge(x, hn::Set(d, -125.f)));
+  x = hn::Min(hn::IfThenElseZero(valid, x), hn::Set(d, 127.f));  // also clears NaN (-inf - -inf) lanes
+  const V n = hn::Round(x);
+  const V r = hn::Mul(hn::Sub(x, n), hn::Set(d, 0.6931471805599453f));
+  return hn::IfThenElseZero(valid, hn::Mul(exp_reduced(d, r), pow2i(d, n)));
+}
+
+// e^x on [-87.3, 88.37] (Cody-Waite reduction), 0 below, saturated above: ops/fast_exp.h on vectors.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V exp(D d, V x) {
+  const V lo = hn::Set(d, -87.3f);
+  const V xc = hn::Min(hn::Max(x, lo), hn::Set(d, 88.37f));
+  const V n = hn::Round(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)));
+  V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), xc);
+  r = hn::NegMulAdd(n, hn::Set(d, 1.42860682030941723212e-6f), r);
+  return hn::IfThenZeroElse(hn::Lt(x, lo), hn::Mul(exp_reduced(d, r), pow2i(d, n)));
+}
+
+}  // namespace hlm::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // HLM_OPS_SIMD_MATH_INL_H_
