@@ -13,6 +13,7 @@ std::vector<Command> all_commands(CLI::App& app) {
   cmds.push_back(register_scaling(app));
   cmds.push_back(register_sweep(app));
   cmds.push_back(register_recall(app));
+  cmds.push_back(register_reproduce(app));
   return cmds;
 }
 
