@@ -119,11 +119,12 @@ std::string report_receptive(const json& all, const json& f, const std::string& 
                                "on validation text in nats.\n\n| hybrid | NIAH | NIAH, full capped | NIAH, efficient capped | "
                                "loss change, full capped | loss change, efficient capped |\n|---|---|---|---|---|---|\n",
                                data.value("span", 0L));
-  Heatmap hm;
-  hm.title = "NIAH with the full / efficient layers' reach capped (mean over seeds)";
-  hm.xlabel = "restriction";
-  hm.ylabel = "hybrid";
-  hm.col_labels = {"none", "full capped", "efficient capped"};
+  BarChart bars;
+  bars.title = fmt::format("NIAH with the full / efficient layers capped at {} tokens (mean, min..max over seeds)",
+                           data.value("span", 0L));
+  bars.ylabel = "NIAH exact match";
+  bars.series = {"unrestricted", "full layers capped", "efficient layers capped"};
+  bars.values = bars.lo = bars.hi = std::vector<std::vector<double>>(3);
   for (auto& [h, seeds] : per.items()) {
     std::map<std::string, std::vector<double>> v;
     for (auto& s : seeds)
@@ -134,13 +135,18 @@ std::string report_receptive(const json& all, const json& f, const std::string& 
         }
     md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", label_of(all, h), fmt_values(v["none"], 2), fmt_values(v["full"], 2),
                       fmt_values(v["efficient"], 2), fmt_values(v["full_dl"]), fmt_values(v["efficient_dl"]));
-    hm.row_labels.push_back(h);
-    hm.values.push_back({spread_of(v["none"]).n ? spread_of(v["none"]).mean : NAN,
-                         spread_of(v["full"]).n ? spread_of(v["full"]).mean : NAN,
-                         spread_of(v["efficient"]).n ? spread_of(v["efficient"]).mean : NAN});
+    bars.groups.push_back(h);
+    int k = 0;
+    for (const char* key : {"none", "full", "efficient"}) {
+      const Spread sp = spread_of(v[key]);
+      bars.values[k].push_back(sp.n ? sp.mean : NAN);
+      bars.lo[k].push_back(sp.n ? sp.min : NAN);
+      bars.hi[k].push_back(sp.n ? sp.max : NAN);
+      ++k;
+    }
   }
-  if (!hm.values.empty()) {
-    write_heatmap(hm, (fs::path(dir) / "receptive-field.svg").string());
+  if (!bars.groups.empty()) {
+    write_bar_chart(bars, (fs::path(dir) / "receptive-field.svg").string());
     figs->push_back("receptive-field.svg");
     md += "\n![receptive field](receptive-field.svg)\n";
   }
