@@ -126,3 +126,38 @@ TEST(LongPpl, ConstructedCasePicksExactlyTheKnownKeyTokens) {
   EXPECT_EQ(j["key_tokens"].get<i64>(), 5);
   EXPECT_NEAR(j["longppl"].get<double>(), std::exp(0.1), 1e-12);
 }
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "eval/plot.h"
+
+// A grouped bar chart draws one bar per finite value (NaN = no bar), a whisker where min < max, a legend
+// swatch per series, and refuses a file name that is not .svg.
+TEST(Plot, BarChartDrawsABarPerFiniteValue) {
+  hlm::BarChart b;
+  b.title = "t";
+  b.groups = {"swa", "gdn"};
+  b.series = {"none", "full", "efficient"};
+  b.values = {{1.0, 0.5}, {0.0, NAN}, {0.9, 0.25}};
+  b.lo = {{0.8, 0.5}, {0.0, NAN}, {0.9, 0.2}};
+  b.hi = {{1.0, 0.5}, {0.0, NAN}, {0.9, 0.3}};
+  const auto path = std::filesystem::temp_directory_path() / ("hlm_bars_" + std::to_string(::getpid()) + ".svg");
+  hlm::write_bar_chart(b, path.string());
+  std::ifstream f(path);
+  const std::string svg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t p = svg.find(needle); p != std::string::npos; p = svg.find(needle, p + 1)) ++n;
+    return n;
+  };
+  // rects: background, frame, 5 bars, 3 legend swatches
+  EXPECT_EQ(count("<rect"), 2u + 5u + 3u);
+  EXPECT_EQ(count("stroke=\"#222\""), 2u);  // whiskers: swa/none 0.8..1.0, gdn/efficient 0.2..0.3
+  EXPECT_NE(svg.find(">efficient<"), std::string::npos);
+  EXPECT_THROW(hlm::write_bar_chart(b, "bars.png"), hlm::Error);
+}

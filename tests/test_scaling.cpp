@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "eval/scaling.h"
 #include "model/config.h"
+#include "cli_run.h"
 #include "testing.h"
 
 namespace fs = std::filesystem;
@@ -24,49 +25,14 @@ using namespace hlm::scaling;
 
 namespace {
 
-// A scratch folder per test process, removed at exit (kept when HLM_KEEP_TEST_FILES is set).
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() : path(fs::temp_directory_path() / ("hlm_scaling_test_" + std::to_string(::getpid()))) {
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!std::getenv("HLM_KEEP_TEST_FILES")) fs::remove_all(path, ec);
-  }
-};
-
 const fs::path& tmp_dir() {
-  static ScratchDir d;
+  static hlm::testing::ScratchDir d("hlm_scaling_test_");
   return d.path;
 }
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-Result run(const std::string& args) {
-  const fs::path d = tmp_dir();
-  const std::string out = (d / "stdout.txt").string(), err = (d / "stderr.txt").string();
-  const std::string cmd = std::string(HLM_BINARY) + " " + args + " >" + out + " 2>" + err;
-  const int st = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  };
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-void expect_error(const Result& r, const std::string& needle) {
-  EXPECT_NE(r.code, 0) << "stdout: " << r.out;
-  EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << "want '" << needle << "' in stderr: " << r.err;
-}
+using Result = hlm::testing::CliResult;
+Result run(const std::string& args) { return hlm::testing::run_cli(tmp_dir(), args); }
+void expect_error(const Result& r, const std::string& needle) { hlm::testing::expect_cli_error(r, needle); }
 
 // Chinchilla's published constants (docs/algorithms.md §9.1).
 constexpr double kE = 1.69, kA = 406.4, kB = 410.7, kAlpha = 0.34, kBeta = 0.28;

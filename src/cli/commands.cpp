@@ -16,6 +16,7 @@ std::vector<Command> all_commands(CLI::App& app) {
   cmds.push_back(register_export(app));
   cmds.push_back(register_import(app));
   cmds.push_back(register_logits(app));
+  cmds.push_back(register_reproduce(app));
   return cmds;
 }
 

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace hlm::cli {
@@ -27,5 +28,9 @@ Command register_recall(CLI::App& app);
 Command register_export(CLI::App& app);
 Command register_import(CLI::App& app);
 Command register_logits(CLI::App& app);
+Command register_reproduce(CLI::App& app);
+
+// How `hybridlm train` takes a long flag: -1 no such option, 0 a switch, 1 a value (checks plans' train flags).
+std::function<int(const std::string& long_flag)> train_option_kind();
 
 }  // namespace hlm::cli

@@ -56,6 +56,16 @@ std::string color(double t) {
   return fmt::format("#{:02x}{:02x}{:02x}", rgb[0], rgb[1], rgb[2]);
 }
 
+// The document's opening: size, white background, the title centred at title_x (12-pt text, 15-pt title).
+std::string svg_open(double W, double H, double title_x, const std::string& title) {
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      W, H);
+  s += fmt::format("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n", title_x, esc(title));
+  return s;
+}
+
 }  // namespace
 
 void write_line_plot(const LinePlot& p, const std::string& path) {
@@ -80,12 +90,7 @@ void write_line_plot(const LinePlot& p, const std::string& path) {
   y1 += pad;
   auto px = [&](double x) { return L + (tx(x) - x0) / (x1 - x0) * (W - L - R); };
   auto py = [&](double y) { return Tm + (1 - (ty(y) - y0) / (y1 - y0)) * (H - Tm - Bm); };
-  std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      W, H);
-  s += fmt::format("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n", (L + W - R) / 2,
-                   esc(p.title));
+  std::string s = svg_open(W, H, (L + W - R) / 2, p.title);
   s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", L, Tm,
                    W - L - R, H - Tm - Bm);
   for (int i = 0; i <= 5; ++i) {
@@ -162,6 +167,49 @@ void write_heatmap(const Heatmap& h, const std::string& path) {
   }
   s += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", W - R + 40, Tm + 10, tick(h.vmax));
   s += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", W - R + 40, Tm + cell_h * rows, tick(h.vmin));
+  s += "</svg>\n";
+  save(s, path);
+}
+
+void write_bar_chart(const BarChart& b, const std::string& path) {
+  const size_t G = b.groups.size(), S = b.series.size();
+  const double L = 70, R = 190, Tm = 40, Bm = 60, H = 400;
+  const double group_w = std::max(60.0, 30.0 * static_cast<double>(S) + 20), W = L + group_w * G + R;
+  const double span = b.ymax > b.ymin ? b.ymax - b.ymin : 1;
+  auto py = [&](double v) { return Tm + (1 - (std::clamp(v, b.ymin, b.ymax) - b.ymin) / span) * (H - Tm - Bm); };
+  std::string s = svg_open(W, H, (L + W - R) / 2, b.title);
+  for (int i = 0; i <= 5; ++i) {
+    const double v = b.ymin + span * i / 5, Y = py(v);
+    s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#eee\"/>\n", L, Y, W - R);
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", L - 6, Y + 4, tick(v));
+  }
+  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", L, Tm,
+                   W - L - R, H - Tm - Bm);
+  const double bar_w = (group_w - 20) / std::max<size_t>(1, S);
+  for (size_t g = 0; g < G; ++g) {
+    const double gx = L + group_w * g + 10;
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", gx + (group_w - 20) / 2,
+                     H - Bm + 16, esc(b.groups[g]));
+    for (size_t k = 0; k < S; ++k) {
+      const double v = k < b.values.size() && g < b.values[k].size() ? b.values[k][g] : NAN;
+      if (!std::isfinite(v)) continue;
+      const double x = gx + bar_w * k, y = py(v), y0 = py(std::max(b.ymin, 0.0));
+      s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n", x,
+                       std::min(y, y0), bar_w - 2, std::fabs(y0 - y), kColors[k % 10]);
+      if (k < b.lo.size() && k < b.hi.size() && g < b.lo[k].size() && g < b.hi[k].size() &&
+          std::isfinite(b.lo[k][g]) && std::isfinite(b.hi[k][g]) && b.hi[k][g] > b.lo[k][g])
+        s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#222\"/>\n",
+                         x + (bar_w - 2) / 2, py(b.lo[k][g]), py(b.hi[k][g]));
+    }
+  }
+  s += fmt::format("<text x=\"18\" y=\"{0}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {0})\">{1}</text>\n",
+                   (Tm + H - Bm) / 2, esc(b.ylabel));
+  for (size_t k = 0; k < S; ++k) {
+    const double ly = Tm + 14 + 18 * static_cast<double>(k);
+    s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"10\" fill=\"{}\"/>\n", W - R + 12, ly - 9,
+                     kColors[k % 10]);
+    s += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", W - R + 32, ly, esc(b.series[k]));
+  }
   s += "</svg>\n";
   save(s, path);
 }

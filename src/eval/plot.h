@@ -27,8 +27,19 @@ struct Heatmap {
   bool annotate = true;  // print the value in each cell
 };
 
+// Grouped bars (e.g. NIAH per hybrid with no / full / efficient layers capped), with optional min..max
+// whiskers (the spread over seeds).
+struct BarChart {
+  std::string title, ylabel;
+  std::vector<std::string> groups;                   // along x
+  std::vector<std::string> series;                   // one bar per series in each group (legend)
+  std::vector<std::vector<double>> values, lo, hi;   // [series][group]; lo/hi may be empty; NaN = no bar
+  double ymin = 0, ymax = 1;
+};
+
 // Throws hlm::Error when the file cannot be written or the extension is not .svg.
 void write_line_plot(const LinePlot& p, const std::string& path);
 void write_heatmap(const Heatmap& h, const std::string& path);
+void write_bar_chart(const BarChart& b, const std::string& path);
 
 }  // namespace hlm

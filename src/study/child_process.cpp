@@ -1,0 +1,154 @@
+#include "study/child_process.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+
+namespace hlm::study {
+
+namespace fs = std::filesystem;
+
+std::string self_exe() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+std::string shell_join(const std::vector<std::string>& args) {
+  std::string s;
+  for (auto& a : args) {
+    bool plain = !a.empty() && a.find_first_of(" \t\"'$\\;&|<>*?()[]{}") == std::string::npos;
+    s += (s.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+  }
+  return s;
+}
+
+std::string last_error(const std::string& log) {
+  std::ifstream f(log);
+  std::string line, err, last;
+  while (std::getline(f, line)) {
+    if (line.rfind("error: ", 0) == 0) err = line.substr(7);
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  if (!err.empty()) return err;
+  return last.empty() ? "no message; see " + log : last;  // a crash prints no "error: "
+}
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal.store(sig); }
+struct sigaction g_old_int {}, g_old_term {};
+std::set<pid_t> g_running, g_forwarded;
+
+void forward_if_interrupted() {
+  if (!g_signal.load()) return;
+  for (pid_t pid : g_running)
+    if (g_forwarded.insert(pid).second) ::kill(pid, SIGINT);
+}
+
+}  // namespace
+
+InterruptGuard::InterruptGuard() {
+  g_signal.store(0);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: waitpid returns EINTR so the signal is forwarded at once
+  sigaction(SIGINT, &sa, &g_old_int);
+  sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+InterruptGuard::~InterruptGuard() {
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+}
+
+bool InterruptGuard::requested() { return g_signal.load() != 0; }
+
+pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
+                  const std::string& stdout_file) {
+  std::vector<char*> argv;
+  std::string arg0 = "hybridlm";
+  argv.push_back(arg0.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) fail("fork failed ({})", std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    // Killed parent (kill -9): the child is told as by Ctrl-C (a training saves and exits), so no orphan keeps
+    // writing into a folder that the next run of the parent resumes.
+    ::prctl(PR_SET_PDEATHSIG, SIGINT);
+    if (::getppid() != parent) ::_exit(130);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    if (!stdout_file.empty()) {
+      const int out = ::open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out >= 0) {
+        ::dup2(out, 1);
+        ::close(out);
+      }
+    }
+    ::execv(exe.c_str(), argv.data());
+    std::fprintf(stderr, "error: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  g_running.insert(pid);
+  forward_if_interrupted();  // a signal that came before the child existed still reaches it
+  return pid;
+}
+
+std::pair<pid_t, int> wait_any_child() {
+  if (g_running.empty()) return {-1, 0};
+  int status = 0;
+  while (true) {
+    const pid_t w = ::waitpid(-1, &status, 0);
+    if (w > 0 && g_running.count(w)) {
+      g_running.erase(w);
+      g_forwarded.erase(w);
+      if (WIFEXITED(status)) return {w, WEXITSTATUS(status)};
+      if (WIFSIGNALED(status)) return {w, 128 + WTERMSIG(status)};
+      return {w, 1};
+    }
+    if (w < 0 && errno != EINTR) fail("waitpid failed ({})", std::strerror(errno));
+    forward_if_interrupted();
+  }
+}
+
+int run_child(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
+              const std::string& stdout_file) {
+  const pid_t pid = spawn_child(exe, args, log, stdout_file);
+  while (true) {
+    auto [w, code] = wait_any_child();
+    if (w == pid || w < 0) return code;
+  }
+}
+
+}  // namespace hlm::study

@@ -1,0 +1,322 @@
+#include "study/report.h"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "eval/plot.h"
+#include "study/task_graph.h"
+#include "study/verdict.h"
+#include "train/checkpoint.h"
+
+namespace hlm::study {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double num(const json& j) { return j.is_number() ? j.get<double>() : NAN; }
+
+// "0.52 (0.40..0.61)" over seeds, "0.52" for one, "-" for none.
+std::string fmt_values(const std::vector<double>& v, int prec = 3) {
+  const Spread s = spread_of(v);
+  if (s.n == 0) return "-";
+  if (s.n == 1) return fmt::format("{:.{}f}", s.mean, prec);
+  return fmt::format("{:.{}f} ({:.{}f}..{:.{}f})", s.mean, prec, s.min, prec, s.max, prec);
+}
+
+const json& need(const json& j, const std::string& k, const std::string& where) {
+  if (!j.is_object() || !j.contains(k)) fail("findings.json: field '{}{}' is missing", where.empty() ? "" : where + ".", k);
+  return j.at(k);
+}
+
+std::string label_of(const json& all, const std::string& h) {
+  const json& hy = all.value("hybrids", json::object());
+  if (!hy.contains(h)) return h;
+  const long w = hy[h].value("window", 0L);
+  return w > 0 ? fmt::format("{} (window {})", h, w) : h;
+}
+
+// ---- a. scaling ----
+std::string report_scaling(const json& all, const json& f, const std::string& dir, std::vector<std::string>* figs) {
+  const json& data = need(f, "data", "findings[a]");
+  const json& curves = need(data, "curves", "findings[a].data");
+  const json& fits = need(data, "fits", "findings[a].data");
+  std::string md = "| hybrid | final val loss | log LongPPL, first checkpoint | log LongPPL, last | fit loss: alpha | fit log LongPPL: alpha |\n|---|---|---|---|---|---|\n";
+  LinePlot pl{"validation loss vs training compute", "training FLOPs", "val loss", true, true, {}};
+  LinePlot pp{"log LongPPL (shared evaluator) vs training compute", "training FLOPs", "log LongPPL", true, true, {}};
+  int color = 0;
+  for (auto& [h, seeds] : curves.items()) {
+    std::vector<double> fl, el, ll;
+    Series sl{label_of(all, h), {}, {}, true, color}, sp{label_of(all, h), {}, {}, true, color};
+    for (auto& pts : seeds) {
+      if (pts.empty()) continue;
+      el.push_back(num(pts.front()["log_longppl"]));
+      ll.push_back(num(pts.back()["log_longppl"]));
+      fl.push_back(num(pts.back()["val_loss"]));
+      for (auto& p : pts) {
+        const double c = num(p["flops"]);
+        if (std::isfinite(c) && std::isfinite(num(p["val_loss"]))) sl.x.push_back(c), sl.y.push_back(num(p["val_loss"]));
+        if (std::isfinite(c) && std::isfinite(num(p["log_longppl"]))) sp.x.push_back(c), sp.y.push_back(num(p["log_longppl"]));
+      }
+    }
+    auto alpha = [&](const char* k) {
+      const json& x = fits.contains(h) ? fits[h].value(k, json()) : json();
+      if (!x.is_object()) return std::string("-");
+      if (x.contains("skipped")) return "skipped: " + x["skipped"].get<std::string>();
+      return fmt::format("{:.3f} (E {:.3g})", x["alpha"].get<double>(), x["E"].get<double>());
+    };
+    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", label_of(all, h), fmt_values(fl), fmt_values(el),
+                      fmt_values(ll), alpha("val_loss"), alpha("log_longppl"));
+    auto fit_line = [&](const char* k, const Series& pts, LinePlot& plot) {
+      const json& x = fits.contains(h) ? fits[h].value(k, json()) : json();
+      if (!x.is_object() || x.contains("skipped") || pts.x.empty()) return;
+      const double lo = *std::min_element(pts.x.begin(), pts.x.end()), hi = *std::max_element(pts.x.begin(), pts.x.end());
+      Series line{fmt::format("{} fit", h), {}, {}, false, color};
+      for (int i = 0; i <= 40; ++i) {
+        const double c = lo * std::pow(hi / lo, i / 40.0);
+        line.x.push_back(c);
+        line.y.push_back(x["E"].get<double>() + x["A"].get<double>() * std::pow(c, -x["alpha"].get<double>()));
+      }
+      plot.series.push_back(line);
+    };
+    if (!sl.x.empty()) pl.series.push_back(sl);
+    if (!sp.x.empty()) pp.series.push_back(sp);
+    fit_line("val_loss", sl, pl);
+    fit_line("log_longppl", sp, pp);
+    ++color;
+  }
+  const json& d = f.value("details", json::object());
+  md += fmt::format("\nSpread across hybrids per seed (mean over seeds): val loss (max-min)/mean {}; log LongPPL "
+                    "max-min at the first checkpoint {}, at the last {}. Largest window lagging most at the first "
+                    "checkpoint: {}.\n",
+                    d.contains("loss_spread") && d["loss_spread"].is_object() ? fmt::format("{:.4f}", d["loss_spread"]["mean"].get<double>()) : "-",
+                    d.contains("log_longppl_spread_early") && d["log_longppl_spread_early"].is_object() ? fmt::format("{:.4f}", d["log_longppl_spread_early"]["mean"].get<double>()) : "-",
+                    d.contains("log_longppl_spread_final") && d["log_longppl_spread_final"].is_object() ? fmt::format("{:.4f}", d["log_longppl_spread_final"]["mean"].get<double>()) : "-",
+                    d.value("largest_window_lags_most", std::string("-")));
+  if (!pl.series.empty()) {
+    write_line_plot(pl, (fs::path(dir) / "loss-vs-compute.svg").string());
+    figs->push_back("loss-vs-compute.svg");
+    md += "\n![loss vs compute](loss-vs-compute.svg)\n";
+  }
+  if (!pp.series.empty()) {
+    write_line_plot(pp, (fs::path(dir) / "longppl-vs-compute.svg").string());
+    figs->push_back("longppl-vs-compute.svg");
+    md += "\n![log LongPPL vs compute](longppl-vs-compute.svg)\n";
+  }
+  return md;
+}
+
+// ---- b. receptive field ----
+std::string report_receptive(const json& all, const json& f, const std::string& dir, std::vector<std::string>* figs) {
+  const json& data = need(f, "data", "findings[b]");
+  const json& per = need(data, "per_seed", "findings[b].data");
+  std::string md = fmt::format("Span {} tokens on the capped layers. NIAH exact match (mean (min..max) over seeds); loss change "
+                               "on validation text in nats.\n\n| hybrid | NIAH | NIAH, full capped | NIAH, efficient capped | "
+                               "loss change, full capped | loss change, efficient capped |\n|---|---|---|---|---|---|\n",
+                               data.value("span", 0L));
+  BarChart bars;
+  bars.title = fmt::format("NIAH with the full / efficient layers capped at {} tokens (mean, min..max over seeds)",
+                           data.value("span", 0L));
+  bars.ylabel = "NIAH exact match";
+  bars.series = {"unrestricted", "full layers capped", "efficient layers capped"};
+  bars.values = bars.lo = bars.hi = std::vector<std::vector<double>>(3);
+  for (auto& [h, seeds] : per.items()) {
+    std::map<std::string, std::vector<double>> v;
+    for (auto& s : seeds)
+      for (const char* k : {"none", "full", "efficient"})
+        if (s.contains(k)) {
+          v[k].push_back(num(s[k]["niah"]));
+          v[std::string(k) + "_dl"].push_back(num(s[k]["delta_loss"]));
+        }
+    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", label_of(all, h), fmt_values(v["none"], 2), fmt_values(v["full"], 2),
+                      fmt_values(v["efficient"], 2), fmt_values(v["full_dl"]), fmt_values(v["efficient_dl"]));
+    bars.groups.push_back(h);
+    int k = 0;
+    for (const char* key : {"none", "full", "efficient"}) {
+      const Spread sp = spread_of(v[key]);
+      bars.values[k].push_back(sp.n ? sp.mean : NAN);
+      bars.lo[k].push_back(sp.n ? sp.min : NAN);
+      bars.hi[k].push_back(sp.n ? sp.max : NAN);
+      ++k;
+    }
+  }
+  if (!bars.groups.empty()) {
+    write_bar_chart(bars, (fs::path(dir) / "receptive-field.svg").string());
+    figs->push_back("receptive-field.svg");
+    md += "\n![receptive field](receptive-field.svg)\n";
+  }
+  return md;
+}
+
+// ---- c. laziness ----
+std::string report_laziness(const json& all, const json& f, const std::string& dir, std::vector<std::string>* figs) {
+  const json& data = need(f, "data", "findings[c]");
+  const json& curves = need(data, "curves", "findings[c].data");
+  const json& per = f.value("details", json::object()).value("per_hybrid", json::object());
+  std::string md = "| hybrid | onset of full-layer retrieval heads (step, per seed) | NIAH at the end | full-layer heads at the end |\n|---|---|---|---|\n";
+  LinePlot pn{"NIAH over training (mean over seeds)", "step", "NIAH exact match", false, false, {}};
+  LinePlot ph{"retrieval heads in the full-attention layers over training (mean over seeds)", "step", "heads", false, false, {}};
+  int color = 0;
+  for (auto& h : need(data, "order", "findings[c].data")) {
+    const std::string name = h.get<std::string>();
+    const json& seeds = curves.value(name, json::array());
+    std::map<long, std::vector<double>> niah, heads;
+    std::vector<double> end_niah, end_heads;
+    for (auto& pts : seeds) {
+      for (auto& p : pts) {
+        niah[p["step"].get<long>()].push_back(num(p["niah"]));
+        heads[p["step"].get<long>()].push_back(num(p["heads_full"]));
+      }
+      if (!pts.empty()) end_niah.push_back(num(pts.back()["niah"])), end_heads.push_back(num(pts.back()["heads_full"]));
+    }
+    std::string onset = "-";
+    if (per.contains(name)) {
+      onset.clear();
+      for (auto& x : per[name]["onset_steps"]) onset += (onset.empty() ? "" : ", ") + (x.is_string() ? x.get<std::string>() : fmt::format("{}", x.get<double>()));
+    }
+    md += fmt::format("| {} | {} | {} | {} |\n", label_of(all, name), onset, fmt_values(end_niah, 2), fmt_values(end_heads, 1));
+    Series sn{label_of(all, name), {}, {}, false, color}, sh{label_of(all, name), {}, {}, false, color};
+    for (auto& [step, v] : niah) sn.x.push_back(static_cast<double>(step)), sn.y.push_back(spread_of(v).mean);
+    for (auto& [step, v] : heads) sh.x.push_back(static_cast<double>(step)), sh.y.push_back(spread_of(v).mean);
+    if (!sn.x.empty()) pn.series.push_back(sn), ph.series.push_back(sh);
+    ++color;
+  }
+  if (!pn.series.empty()) {
+    write_line_plot(pn, (fs::path(dir) / "niah-over-training.svg").string());
+    write_line_plot(ph, (fs::path(dir) / "heads-over-training.svg").string());
+    figs->push_back("niah-over-training.svg");
+    figs->push_back("heads-over-training.svg");
+    md += "\n![NIAH over training](niah-over-training.svg) ![retrieval heads over training](heads-over-training.svg)\n";
+  }
+  return md;
+}
+
+// ---- d. NoPE ----
+std::string report_nope(const json& all, const json& f, const std::string& dir, std::vector<std::string>* figs) {
+  const json& data = need(f, "data", "findings[d]");
+  const json& per = need(data, "per_seed", "findings[d].data");
+  std::string md = "| hybrid | NIAH by length (tokens: mean over seeds) | RULER average | long-context score | val loss |\n|---|---|---|---|---|\n";
+  LinePlot p{"NIAH by context length: RoPE vs NoPE on the full layers", "context length (tokens)", "NIAH exact match", false, false, {}};
+  int color = 0;
+  for (const char* k : {"rope", "nope"}) {
+    const std::string h = data.value(k, std::string());
+    const json& seeds = per.value(h, json::array());
+    std::map<long, std::vector<double>> by_len;
+    std::vector<double> score, loss, ruler;
+    for (auto& s : seeds) {
+      for (auto& l : s["lengths"]) by_len[l["length"].get<long>()].push_back(num(l["niah"]));
+      score.push_back(num(s["score"]));
+      loss.push_back(num(s["val_loss"]));
+      if (s["ruler"].is_array() && !s["ruler"].empty()) {
+        double r = 0;
+        for (auto& x : s["ruler"]) r += x.get<double>();
+        ruler.push_back(r / static_cast<double>(s["ruler"].size()));
+      }
+    }
+    std::string lens;
+    Series se{label_of(all, h), {}, {}, false, color++};
+    for (auto& [L, v] : by_len) {
+      lens += fmt::format("{}{}: {:.2f}", lens.empty() ? "" : ", ", L, spread_of(v).mean);
+      se.x.push_back(static_cast<double>(L));
+      se.y.push_back(spread_of(v).mean);
+    }
+    md += fmt::format("| {} | {} | {} | {} | {} |\n", label_of(all, h), lens.empty() ? "-" : lens, fmt_values(ruler, 1),
+                      fmt_values(score, 3), fmt_values(loss, 4));
+    if (!se.x.empty()) p.series.push_back(se);
+  }
+  if (!p.series.empty()) {
+    write_line_plot(p, (fs::path(dir) / "nope-vs-rope.svg").string());
+    figs->push_back("nope-vs-rope.svg");
+    md += "\n![NoPE vs RoPE by length](nope-vs-rope.svg)\n";
+  }
+  return md;
+}
+
+std::string rule_params(const json& rule) {
+  std::string s;
+  for (auto& [k, v] : rule.items()) s += fmt::format("{}{} = {}", s.empty() ? "" : ", ", k, v.dump());
+  return s;
+}
+
+}  // namespace
+
+std::string write_report(const json& all, const std::string& dir) {
+  fs::create_directories(dir);
+  const json& plan = need(all, "plan", "");
+  const json& budget = need(all, "budget", "");
+  const json& run = need(all, "run", "");
+  const json& proxy = need(all, "proxy", "");
+  const json& findings = need(all, "findings", "");
+  std::vector<std::string> figs;
+  std::string md = fmt::format("# {} study, budget `{}`\n\n{}\n\n", plan.value("name", std::string("?")),
+                               budget.value("name", std::string("?")), plan.value("description", std::string()));
+  md += "| finding | claim | verdict | why |\n|---|---|---|---|\n";
+  for (auto& f : findings) {
+    std::string why = f.value("reason", std::string());
+    for (auto& c : why)
+      if (c == '|') c = '/';
+    md += fmt::format("| {}. {} | {} | **{}** | {} |\n", f.value("id", std::string()), f.value("title", std::string()),
+                      f.value("claim", std::string()), f.value("verdict", std::string()), why);
+  }
+  const double tokens = budget.value("tokens_per_run", 0.0);
+  md += fmt::format(
+      "\n## How this was made\n\n"
+      "- Budget `{}`: {} steps of {} x {} tokens ({:.3g} tokens per run), checkpoint and evaluation every {} steps, "
+      "{} seed{} per hybrid; data `{}`, tokenizer `{}`; model size `{}`; train flags `{}`.\n"
+      "- SWA windows: {}\n"
+      "- LongPPL key tokens are picked by one shared evaluator model for every run: preset `{}`, {} steps on the "
+      "same data.\n",
+      budget.value("name", std::string()), budget.value("steps", 0L), budget.value("batch", 0L), budget.value("seq_len", 0L),
+      tokens, budget.value("eval_every", 0L), all.value("seeds", 0), all.value("seeds", 0) == 1 ? "" : "s",
+      budget.value("data", std::string()), budget.value("tokenizer", std::string()),
+      budget.value("set", json::array()).dump(), budget.value("train", json::array()).dump(),
+      plan.value("window_mapping", std::string()),
+      all.value("evaluator", json::object()).is_object() ? all["evaluator"].value("preset", std::string("-")) : "-",
+      all.value("evaluator", json::object()).is_object() ? all["evaluator"].value("steps", 0L) : 0L);
+  if (proxy.value("mix_niah", 0.0) > 0)
+    md += fmt::format("- **Miniature proxy.** {:.0f}% of the training rows are NIAH rows (prompt + answer, {} haystack, "
+                      "{}-digit values) mixed into the text: {}\n",
+                      100 * proxy.value("mix_niah", 0.0), proxy.value("mix_haystack", std::string()),
+                      proxy.value("niah_digits", 0), proxy.value("note", std::string()));
+  md += fmt::format("- Wall time: {} over all sittings, on a machine with {} cores ({} job{} at a time x {} thread{}); "
+                    "{} tasks, {} failed, {} skipped.\n",
+                    format_duration(run.value("wall_seconds", 0.0)), run.value("cores", 0), run.value("jobs", 0),
+                    run.value("jobs", 0) == 1 ? "" : "s", run.value("threads_per_job", 0),
+                    run.value("threads_per_job", 0) == 1 ? "" : "s", run.value("tasks", 0), run.value("tasks_failed", 0),
+                    run.value("tasks_skipped", 0));
+  for (auto& e : run.value("errors", json::array())) md += fmt::format("  - failed: {}\n", e.get<std::string>());
+  md += "- The verdict rules and their parameters were written in the plan before the runs (findings.json keeps them); "
+        "each verdict follows its rule mechanically: **holds**, **does not hold**, or **inconclusive** (the effect is "
+        "within the seed spread, too few seeds, or the runs did not learn the skill).\n";
+  md += fmt::format("- Regenerate this page from findings.json alone: `hybridlm reproduce --report-only --out {}`.\n", dir);
+  md += "- Hybrids: ";
+  bool first = true;
+  const json hybrids = all.value("hybrids", json::object());  // a named copy: items() of a temporary would dangle
+  for (auto& [h, v] : hybrids.items()) {
+    md += fmt::format("{}`{}` = preset `{}`{}", first ? "" : "; ", h, v.value("preset", std::string()),
+                      v.value("window", 0L) > 0 ? fmt::format(", window {}", v.value("window", 0L)) : "");
+    first = false;
+  }
+  md += "\n";
+  for (auto& f : findings) {
+    const std::string id = f.value("id", std::string());
+    md += fmt::format("\n## {}. {}\n\n**Claim.** {}\n\n**Metric.** {}\n\n**Rule.** {} ({})\n\n", id,
+                      f.value("title", std::string()), f.value("claim", std::string()), f.value("metric", std::string()),
+                      f.value("rule_text", std::string()), rule_params(f.value("rule", json::object())));
+    if (id == "a") md += report_scaling(all, f, dir, &figs);
+    else if (id == "b") md += report_receptive(all, f, dir, &figs);
+    else if (id == "c") md += report_laziness(all, f, dir, &figs);
+    else if (id == "d") md += report_nope(all, f, dir, &figs);
+    md += fmt::format("\n**Verdict: {}.** {}\n", f.value("verdict", std::string()), f.value("reason", std::string()));
+  }
+  const std::string path = (fs::path(dir) / "report.md").string();
+  write_file_atomic(path, md);
+  return path;
+}
+
+}  // namespace hlm::study

@@ -1,0 +1,582 @@
+#include "study/reproduce.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "eval/scaling.h"
+#include "model/config.h"
+#include "study/child_process.h"
+#include "study/json_file.h"
+#include "study/plan.h"
+#include "study/report.h"
+#include "study/task_graph.h"
+#include "study/verdict.h"
+#include "train/checkpoint.h"
+
+namespace hlm::study {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct StudyRun {
+  std::string hybrid;
+  int seed = 1;
+  PlannedRun planned;
+  size_t task = 0;  // its training task
+};
+
+// The checkpoint folder of a run at `step` (names as train writes them: checkpoints/step_<digits>).
+std::string checkpoint_at(const std::string& run_dir, long step) {
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (fs::exists(dir))
+    for (auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos &&
+          std::stol(n.substr(5)) == step)
+        return e.path().string();
+    }
+  fail("{}: no checkpoint at step {}", dir.string(), step);
+}
+
+int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+// Everything a study needs, planned: the runs and the tasks that train, evaluate and probe them.
+struct Study {
+  StudyPlan plan;
+  BudgetSpec budget;
+  std::vector<std::string> findings;  // selected ids, in order
+  int seeds = 1, jobs = 1, threads = 1;
+  std::string out;
+  SweepPlan sweep;                     // data, tokenizer and run folders (study/sweep.h runs them)
+  std::vector<StudyRun> runs;
+  std::vector<Task> tasks;
+  std::map<std::string, size_t> eval_task;  // output file -> task
+  const StudyRun* evaluator = nullptr;
+
+  bool wants(const std::string& id) const { return std::count(findings.begin(), findings.end(), id) > 0; }
+  const StudyRun& run(const std::string& hybrid, int seed) const {
+    for (auto& r : runs)
+      if (r.hybrid == hybrid && r.seed == seed) return r;
+    fail("internal: no run {} seed {}", hybrid, seed);
+  }
+  std::string evals_dir(const StudyRun& r) const { return (fs::path(r.planned.dir) / "evals").string(); }
+};
+
+void add_run(Study& s, const HybridSpec& h, int seed, bool evaluator) {
+  for (auto& r : s.runs)
+    if (r.hybrid == h.name && r.seed == seed) return;
+  const BudgetSpec& b = s.budget;
+  StudyRun sr;
+  sr.hybrid = h.name;
+  sr.seed = seed;
+  PlannedRun& r = sr.planned;
+  r.name = evaluator ? "evaluator" : fmt::format("{}-s{}", h.name, seed);
+  r.arch = h.name;
+  r.size = b.name;
+  r.steps = b.steps;
+  if (evaluator)  // a whole number of eval intervals
+    r.steps = std::max(1L, std::lround(s.plan.evaluator_steps_factor * static_cast<double>(b.steps) / b.eval_every)) *
+              b.eval_every;
+  r.budget = r.steps;
+  r.tokens = static_cast<double>(r.steps) * b.tokens_per_step();
+  std::vector<std::string> sets = b.sets;
+  sets.insert(sets.end(), h.sets.begin(), h.sets.end());
+  const long win = s.plan.window_tokens(h, b);
+  if (win > 0) sets.push_back(fmt::format("window={}", win));
+  r.model_args = {"--preset", h.preset};
+  for (auto& x : sets) r.model_args.insert(r.model_args.end(), {"--set", x});
+  r.model_config = resolve_config(h.preset, "", sets).to_json();
+  r.train_args = {"--seq-len", std::to_string(b.seq_len), "--batch", std::to_string(b.batch), "--seed",
+                  std::to_string(seed), "--eval-every", std::to_string(b.eval_every), "--ckpt-every",
+                  std::to_string(b.eval_every), "--keep-checkpoints", "0", "--threads", std::to_string(s.threads),
+                  "--niah-digits", std::to_string(s.plan.niah_digits)};
+  if (!evaluator && s.plan.mix_niah > 0)
+    r.train_args.insert(r.train_args.end(), {"--mix-niah", fmt::format("{}", s.plan.mix_niah), "--mix-haystack",
+                                             s.plan.mix_haystack});
+  r.train_args.insert(r.train_args.end(), b.train_args.begin(), b.train_args.end());
+  r.dir = (fs::path(s.sweep.out) / r.name).string();
+  s.runs.push_back(sr);
+}
+
+void add_train_tasks(Study& s) {
+  for (auto& sr : s.runs) {
+    Task t;
+    const PlannedRun* r = &sr.planned;
+    const SweepPlan* sp = &s.sweep;
+    t.label = "train " + r->name;
+    t.is_run = true;
+    t.weight = 3.0 * r->tokens;  // forward + backward ~ 3 forwards
+    t.log = (fs::path(r->dir) / "train.log").string();
+    t.done = [r] {
+      const RunOnDisk d = inspect_run(*r);
+      return d.has_ckpt && d.step == r->steps;
+    };
+    t.before = [r] { prepare_run_folder(*r); };
+    t.args = [r, sp] { return train_command(*r, *sp, inspect_run(*r).has_ckpt); };
+    t.check = [r]() -> std::string {
+      const RunOnDisk d = inspect_run(*r);
+      if (d.has_ckpt && d.step == r->steps) return "";
+      return fmt::format("train exited 0 but the newest checkpoint is at step {}, not {}", d.step, r->steps);
+    };
+    sr.task = s.tasks.size();
+    s.tasks.push_back(std::move(t));
+  }
+}
+
+// An evaluation task: `hybridlm <args>` whose stdout (--json) is the result file; made once per file.
+void add_eval(Study& s, const std::string& label, const std::string& output, std::vector<size_t> deps, double weight,
+              std::function<std::vector<std::string>()> args) {
+  if (s.eval_task.count(output)) return;
+  Task t;
+  t.label = label;
+  t.output = output;
+  t.log = output.substr(0, output.size() - 5) + ".log";
+  t.deps = std::move(deps);
+  t.weight = weight;
+  t.done = [output] { return fs::exists(output); };
+  t.args = std::move(args);
+  s.eval_task[output] = s.tasks.size();
+  s.tasks.push_back(std::move(t));
+}
+
+std::vector<std::string> with_threads(std::vector<std::string> a, int threads) {
+  a.insert(a.end(), {"--json", "--threads", std::to_string(threads)});
+  return a;
+}
+
+long span_tokens(const Study& s) {
+  const double f = s.plan.finding("b")->options.at("span_fraction").get<double>();
+  return std::max(1L, std::lround(f * static_cast<double>(s.budget.seq_len)));
+}
+
+// "1x,2x,4x" from [1, 2, 4]; "a,b" from ["a", "b"].
+std::string comma_list(const json& items, const char* suffix = "") {
+  std::string a;
+  for (auto& x : items) {
+    if (!a.empty()) a += ',';
+    a += x.is_string() ? x.get<std::string>() : std::to_string(x.get<long>());
+    a += suffix;
+  }
+  return a;
+}
+
+void add_eval_tasks(Study& s) {
+  const BudgetSpec& b = s.budget;
+  const int T = s.threads;
+  const double L = static_cast<double>(b.seq_len);
+  for (const std::string& id : s.findings) {
+    const FindingSpec& f = *s.plan.finding(id);
+    for (size_t hi = 0; hi < f.hybrids.size(); ++hi)
+      for (int seed = 1; seed <= s.seeds; ++seed) {
+        const StudyRun& r = s.run(f.hybrids[hi], seed);
+        const std::string dir = r.planned.dir, ev = s.evals_dir(r);
+        if (id == "a") {
+          const std::string evaluator = s.evaluator->planned.dir;
+          const std::string alpha = fmt::format("{}", f.options.value("longppl_alpha", 2.0));
+          const std::string beta = fmt::format("{}", f.options.value("longppl_beta", -2.0));
+          for (long step = b.eval_every; step <= b.steps; step += b.eval_every) {
+            const std::string out = fmt::format("{}/longppl-step{}.json", ev, step);
+            add_eval(s, fmt::format("eval longppl {} step {}", r.planned.name, step), out,
+                     {r.task, s.evaluator->task}, 3.0 * b.longppl_docs * L * 4, [=, &b] {
+                       return with_threads({"eval", "longppl", "--ckpt", checkpoint_at(dir, step), "--evaluator",
+                                            evaluator, "--doc-len", std::to_string(b.seq_len), "--docs",
+                                            std::to_string(b.longppl_docs), "--trunc-len",
+                                            std::to_string(std::max(1L, b.seq_len / 4)), "--block",
+                                            std::to_string(std::max(1L, b.seq_len / 8)), "--alpha", alpha, "--beta",
+                                            beta},
+                                           T);
+                     });
+          }
+        } else if (id == "b") {
+          const long span = span_tokens(s);
+          add_eval(s, "probe receptive-field " + r.planned.name, ev + "/receptive-field.json", {r.task},
+                   3.0 * (b.max_eval_tokens + 3.0 * 3 * b.niah_samples * L * 4), [=, &b] {
+                     return with_threads({"probe", "receptive-field", "--ckpt", dir, "--restrict", "full;efficient",
+                                          "--span", std::to_string(span), "--samples", std::to_string(b.niah_samples),
+                                          "--haystack", "noise", "--max-tokens", std::to_string(b.max_eval_tokens)},
+                                         T);
+                   });
+        } else if (id == "c") {
+          add_eval(s, "probe retrieval-heads " + r.planned.name, ev + "/retrieval-heads.json", {r.task},
+                   static_cast<double>(b.steps / b.eval_every) * 5 * b.niah_samples * L * 6, [=, &b] {
+                     return with_threads({"probe", "retrieval-heads", "--over-checkpoints", dir, "--samples",
+                                          std::to_string(b.niah_samples), "--haystack", "noise"},
+                                         T);
+                   });
+        } else if (id == "d") {
+          const std::string lengths = comma_list(f.options.at("lengths"), "x");
+          double mult = 0;
+          for (auto& x : f.options.at("lengths")) mult += x.get<double>();
+          add_eval(s, "eval niah " + r.planned.name, ev + "/niah-lengths.json", {r.task},
+                   3.0 * 3 * b.niah_samples * L * mult * 4, [=, &b] {
+                     return with_threads({"eval", "niah", "--ckpt", dir, "--lengths", lengths, "--depths",
+                                          "0.1,0.5,0.9", "--samples", std::to_string(b.niah_samples), "--haystack",
+                                          "noise"},
+                                         T);
+                   });
+          if (f.options.contains("ruler_tasks") && !f.options["ruler_tasks"].empty()) {
+            const std::string tasks = comma_list(f.options["ruler_tasks"]);
+            const std::string rl = comma_list(f.options.value("ruler_lengths", f.options.at("lengths")), "x");
+            add_eval(s, "eval ruler " + r.planned.name, ev + "/ruler.json", {r.task},
+                     3.0 * f.options["ruler_tasks"].size() * b.niah_samples * L * mult * 4, [=, &b] {
+                       return with_threads({"eval", "ruler", "--ckpt", dir, "--lengths", rl, "--tasks", tasks,
+                                            "--samples", std::to_string(b.niah_samples)},
+                                           T);
+                     });
+          }
+        }
+      }
+  }
+}
+
+// ---- reading the results back ---------------------------------------------------------------------
+
+json maybe_json(const std::string& path) { return fs::exists(path) ? read_json_file(path) : json(); }
+
+// A run counts only when its training finished (a failed run may have left an evaluation row behind).
+bool trained(const StudyRun& r) {
+  const RunOnDisk d = inspect_run(r.planned);
+  return d.has_ckpt && d.step == r.planned.steps;
+}
+
+// Final val loss of a finished run, NaN otherwise.
+double final_val_loss(const StudyRun& r) {
+  if (!trained(r)) return NAN;
+  try {
+    return scaling::read_run(r.planned.dir, "val_loss").points.back().value;
+  } catch (const Error&) {
+    return NAN;
+  }
+}
+
+double num_or_nan(const json& j) { return j.is_number() ? j.get<double>() : NAN; }
+
+json collect_scaling(const Study& s, const FindingSpec& f) {
+  const BudgetSpec& b = s.budget;
+  ScalingInput in;
+  json curves = json::object(), fits = json::object();
+  double largest = -1;
+  long key_tokens = 0, longppl_files = 0;
+  for (auto& h : f.hybrids) {
+    const HybridSpec& hs = s.plan.hybrid(h);
+    if (!hs.window.empty() && s.plan.windows.at(hs.window) > largest) {
+      largest = s.plan.windows.at(hs.window);
+      in.largest_window = h;
+    }
+    in.hybrids.push_back(h);
+    in.seeds.emplace_back();
+    json per_seed = json::array();
+    std::vector<double> C, loss, Cl, lp;
+    for (int seed = 1; seed <= s.seeds; ++seed) {
+      const StudyRun& r = s.run(h, seed);
+      json pts = json::array();
+      ScalingSeedPoint sp;
+      std::map<long, std::pair<double, double>> row;  // step -> (flops, val_loss)
+      try {
+        if (trained(r))
+          for (auto& p : scaling::read_run(r.planned.dir, "val_loss").points) row[p.step] = {p.flops, p.value};
+      } catch (const Error&) {
+      }
+      for (long step = b.eval_every; step <= b.steps; step += b.eval_every) {
+        const json lpj = maybe_json(fmt::format("{}/longppl-step{}.json", s.evals_dir(r), step));
+        const double llp = lpj.is_object() ? num_or_nan(lpj.value("log_longppl", json())) : NAN;
+        if (lpj.is_object()) key_tokens += lpj.value("key_tokens", 0L), longppl_files += 1;
+        const auto it = row.find(step);
+        const double flops = it == row.end() ? NAN : it->second.first, vl = it == row.end() ? NAN : it->second.second;
+        pts.push_back({{"step", step}, {"flops", flops}, {"val_loss", vl}, {"log_longppl", std::isfinite(llp) ? json(llp) : json()}});
+        if (step == b.eval_every) sp.early_log_longppl = llp;
+        if (step == b.steps) sp.final_log_longppl = llp, sp.final_val_loss = vl;
+        if (std::isfinite(flops) && std::isfinite(vl)) C.push_back(flops), loss.push_back(vl);
+        if (std::isfinite(flops) && std::isfinite(llp)) Cl.push_back(flops), lp.push_back(llp);
+      }
+      in.seeds.back().push_back(sp);
+      per_seed.push_back(pts);
+    }
+    curves[h] = per_seed;
+    // Fits over the seeds' pooled points, on the lower frontier (the `scaling fit` default).
+    auto fit = [](const std::vector<double>& c, const std::vector<double>& y, bool log_lp) -> json {
+      std::vector<double> fc, fy;
+      for (size_t i : scaling::lower_frontier(c, y)) fc.push_back(c[i]), fy.push_back(y[i]);
+      if (std::set<double>(fc.begin(), fc.end()).size() < 3)
+        return {{"skipped", fmt::format("{} frontier points, need 3", fc.size())}};
+      scaling::FitOptions o;
+      o.grid = scaling::Grid::kSmall;
+      try {
+        auto p = log_lp ? scaling::fit_log_longppl(fc, fy, o) : scaling::fit_power_law(fc, fy, o);
+        return {{"E", p.E}, {"A", p.A}, {"alpha", p.alpha}, {"n_points", p.n_points}};
+      } catch (const Error& e) {
+        return {{"skipped", e.what()}};
+      }
+    };
+    fits[h] = {{"val_loss", fit(C, loss, false)}, {"log_longppl", fit(Cl, lp, true)}};
+  }
+  json details = json::object();
+  VerdictResult v = verdict_scaling(in, f.rule, &details);
+  details["longppl_evaluations"] = longppl_files;
+  details["longppl_key_tokens"] = key_tokens;
+  if (longppl_files > 0 && key_tokens == 0)
+    v.reason = fmt::format("the shared evaluator found no key tokens (LSD > {}, LCL > {}) in any of {} LongPPL "
+                           "evaluations: no LongPPL to compare; ", f.options.value("longppl_alpha", 2.0),
+                           f.options.value("longppl_beta", -2.0), longppl_files) + v.reason;
+  return {{"verdict", verdict_name(v.verdict)}, {"reason", v.reason}, {"details", details},
+          {"data", {{"curves", curves}, {"fits", fits}}}};
+}
+
+json collect_receptive(const Study& s, const FindingSpec& f) {
+  ReceptiveInput in;
+  json table = json::object();
+  for (auto& h : f.hybrids) {
+    in.hybrids.push_back(h);
+    in.seeds.emplace_back();
+    json seeds = json::array();
+    for (int seed = 1; seed <= s.seeds; ++seed) {
+      const json j = maybe_json(s.evals_dir(s.run(h, seed)) + "/receptive-field.json");
+      ReceptiveSeed rs;
+      json row = json::object();
+      if (j.is_object())
+        for (auto& x : j["rows"]) {
+          const std::string which = x["restrict"];
+          const double niah = num_or_nan(x["niah_accuracy"]);
+          (which == "none" ? rs.base : which == "full" ? rs.full_capped : rs.efficient_capped) = niah;
+          row[which] = {{"niah", niah}, {"loss", x["loss"]}, {"delta_loss", x["delta_loss"]}};
+        }
+      in.seeds.back().push_back(rs);
+      seeds.push_back(row);
+    }
+    table[h] = seeds;
+  }
+  json details = json::object();
+  VerdictResult v = verdict_receptive_field(in, f.rule, &details);
+  return {{"verdict", verdict_name(v.verdict)}, {"reason", v.reason}, {"details", details},
+          {"data", {{"span", span_tokens(s)}, {"per_seed", table}}}};
+}
+
+json collect_laziness(const Study& s, const FindingSpec& f) {
+  LazinessInput in;
+  in.steps = s.budget.steps;
+  in.eval_every = s.budget.eval_every;
+  const int heads_min = static_cast<int>(f.rule.at("heads_min").get<double>());
+  std::vector<std::string> order = f.hybrids;  // smallest window first
+  std::stable_sort(order.begin(), order.end(), [&](auto& a, auto& b) {
+    return s.plan.windows.at(s.plan.hybrid(a).window) < s.plan.windows.at(s.plan.hybrid(b).window);
+  });
+  json curves = json::object();
+  for (auto& h : order) {
+    in.hybrids.push_back(h);
+    in.onset.emplace_back();
+    json seeds = json::array();
+    for (int seed = 1; seed <= s.seeds; ++seed) {
+      const json j = maybe_json(s.evals_dir(s.run(h, seed)) + "/retrieval-heads.json");
+      double onset = NAN;
+      json pts = json::array();
+      if (j.is_object())
+        for (auto& c : j["checkpoints"]) {
+          const long step = c["step"];
+          const int full = c["n_retrieval_heads_full"];
+          if (!std::isfinite(onset) && full >= heads_min) onset = static_cast<double>(step);
+          pts.push_back({{"step", step}, {"niah", c["niah_accuracy"]}, {"heads_full", full},
+                         {"heads_all", c["n_retrieval_heads"]}});
+        }
+      in.onset.back().push_back(j.is_object() ? onset : NAN);
+      seeds.push_back(pts);
+    }
+    curves[h] = seeds;
+  }
+  json details = json::object();
+  VerdictResult v = verdict_laziness(in, f.rule, &details);
+  return {{"verdict", verdict_name(v.verdict)}, {"reason", v.reason}, {"details", details},
+          {"data", {{"order", order}, {"curves", curves}}}};
+}
+
+json collect_nope(const Study& s, const FindingSpec& f) {
+  std::vector<NopeSeed> seeds;
+  json by_length = json::object();
+  for (int seed = 1; seed <= s.seeds; ++seed) {
+    NopeSeed ns;
+    for (size_t k = 0; k < 2; ++k) {
+      const StudyRun& r = s.run(f.hybrids[k], seed);
+      const json niah = maybe_json(s.evals_dir(r) + "/niah-lengths.json");
+      const json ruler = maybe_json(s.evals_dir(r) + "/ruler.json");
+      double score = NAN, loss = NAN;
+      json lens = json::array();
+      if (niah.is_object()) {
+        // accuracy[depth][length] -> per length mean over depths
+        const auto& acc = niah["accuracy"];
+        double sum = 0;
+        int n = 0;
+        for (size_t l = 0; l < niah["lengths"].size(); ++l) {
+          double m = 0;
+          for (auto& row : acc) m += row[l].get<double>();
+          m /= static_cast<double>(acc.size());
+          lens.push_back({{"length", niah["lengths"][l]}, {"niah", m}});
+          sum += m;
+          ++n;
+        }
+        score = sum / n;
+        if (ruler.is_object() && !ruler["average"].empty()) {
+          double rs = 0;
+          for (auto& x : ruler["average"]) rs += x.get<double>() / 100.0;
+          score = 0.5 * (score + rs / static_cast<double>(ruler["average"].size()));
+        }
+      }
+      loss = final_val_loss(r);
+      (k == 0 ? ns.rope_score : ns.nope_score) = score;
+      (k == 0 ? ns.rope_loss : ns.nope_loss) = loss;
+      if (!by_length.contains(f.hybrids[k])) by_length[f.hybrids[k]] = json::array();
+      by_length[f.hybrids[k]].push_back({{"lengths", lens}, {"ruler", ruler.is_object() ? ruler["average"] : json()},
+                                         {"score", std::isfinite(score) ? json(score) : json()},
+                                         {"val_loss", std::isfinite(loss) ? json(loss) : json()}});
+    }
+    seeds.push_back(ns);
+  }
+  json details = json::object();
+  VerdictResult v = verdict_nope(seeds, f.rule, &details);
+  return {{"verdict", verdict_name(v.verdict)}, {"reason", v.reason}, {"details", details},
+          {"data", {{"rope", f.hybrids[0]}, {"nope", f.hybrids[1]}, {"per_seed", by_length}}}};
+}
+
+json collect(const Study& s, const GraphOutcome& g, double wall_total) {
+  json hybrids = json::object();
+  for (auto& r : s.runs)
+    if (!hybrids.contains(r.hybrid)) {
+      const HybridSpec& h = s.plan.hybrid(r.hybrid);
+      hybrids[r.hybrid] = {{"preset", h.preset}, {"label", h.label}, {"window", s.plan.window_tokens(h, s.budget)},
+                           {"set", h.sets}};
+    }
+  json findings = json::array();
+  for (auto& id : s.findings) {
+    const FindingSpec& f = *s.plan.finding(id);
+    json r = id == "a" ? collect_scaling(s, f) : id == "b" ? collect_receptive(s, f) : id == "c" ? collect_laziness(s, f)
+                                                                                   : collect_nope(s, f);
+    r["id"] = id;
+    r["title"] = f.title;
+    r["claim"] = f.claim;
+    r["metric"] = f.metric;
+    r["rule_text"] = f.rule_text;
+    r["rule"] = f.rule;
+    r["hybrids"] = f.hybrids;
+    findings.push_back(r);
+  }
+  const BudgetSpec& b = s.budget;
+  return {{"version", 1},
+          {"plan", {{"file", s.plan.file}, {"name", s.plan.name}, {"description", s.plan.description},
+                    {"window_mapping", s.plan.window_mapping}, {"windows", s.plan.windows}}},
+          {"budget", {{"name", b.name}, {"seq_len", b.seq_len}, {"batch", b.batch}, {"steps", b.steps},
+                      {"eval_every", b.eval_every}, {"tokens_per_run", static_cast<double>(b.steps) * b.tokens_per_step()},
+                      {"data", b.data}, {"tokenizer", b.tokenizer}, {"set", b.sets}, {"train", b.train_args},
+                      {"niah_samples", b.niah_samples}, {"longppl_docs", b.longppl_docs}}},
+          {"seeds", s.seeds},
+          {"proxy", {{"mix_niah", s.plan.mix_niah}, {"mix_haystack", s.plan.mix_haystack},
+                     {"niah_digits", s.plan.niah_digits}, {"note", s.plan.proxy_note}}},
+          {"evaluator", s.evaluator ? json{{"preset", s.plan.evaluator.preset}, {"steps", s.evaluator->planned.steps},
+                                           {"dir", s.evaluator->planned.dir}}
+                                    : json()},
+          {"hybrids", hybrids},
+          {"run", {{"finished", now_iso()}, {"wall_seconds", wall_total}, {"jobs", s.jobs},
+                   {"threads_per_job", s.threads}, {"cores", cores()}, {"tasks", s.tasks.size()},
+                   {"tasks_failed", g.failed}, {"tasks_skipped", g.skipped}, {"errors", g.errors}}},
+          {"findings", findings}};
+}
+
+}  // namespace
+
+ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind& train_option) {
+  ReproduceOutcome res;
+  if (o.out.empty()) fail("reproduce needs --out DIR");
+  const fs::path out = o.out;
+  if (o.report_only) {
+    const std::string fj = (out / "findings.json").string();
+    if (!fs::exists(fj)) fail("--report-only: {} does not exist (run the study first)", fj);
+    res.report = write_report(read_json_file(fj), o.out);
+    res.findings = fj;
+    return res;
+  }
+  Study s;
+  s.plan = load_study_plan(o.plan.empty() ? default_plan_path() : o.plan, train_option);
+  if (!s.plan.budgets.count(o.budget)) {
+    std::string list;
+    for (auto& [k, v] : s.plan.budgets) list += (list.empty() ? "" : ", ") + k;
+    fail("--budget {}: the plan {} has no such budget (it has: {})", o.budget, s.plan.file, list);
+  }
+  s.budget = s.plan.budgets.at(o.budget);
+  for (auto& id : o.only) {
+    if (!s.plan.finding(id)) fail("--only {}: the plan {} has no finding '{}' (findings: a, b, c, d)", id, s.plan.file, id);
+    if (!s.wants(id)) s.findings.push_back(id);
+  }
+  if (s.findings.empty())
+    for (auto& f : s.plan.findings) s.findings.push_back(f.id);
+  std::sort(s.findings.begin(), s.findings.end());
+  if (o.seeds < 0) fail("--seeds must be >= 1, got {}", o.seeds);
+  if (o.jobs < 0) fail("--jobs must be >= 1, got {}", o.jobs);
+  s.seeds = o.seeds > 0 ? o.seeds : s.budget.seeds;
+  s.jobs = o.jobs > 0 ? o.jobs : cores();
+  s.threads = std::max(1, cores() / s.jobs);
+  s.out = o.out;
+
+  // The folder belongs to one study: a rerun must ask for the same plan, budget and seeds.
+  fs::create_directories(out);
+  const std::string study_json = (out / "study.json").string();
+  json st = {{"plan", fs::absolute(s.plan.file).lexically_normal().string()}, {"budget", s.budget.name},
+             {"seeds", s.seeds}, {"wall_seconds", 0.0}};
+  if (fs::exists(study_json)) {
+    json have = read_json_file(study_json);
+    for (const char* k : {"plan", "budget", "seeds"})
+      if (have.value(k, json()) != st[k])
+        fail("{}: field '{}' is {} but this run asks for {}; use another --out or the same options", study_json, k,
+             have.value(k, json()).dump(), st[k].dump());
+    st["wall_seconds"] = have.value("wall_seconds", 0.0);
+  }
+  write_file_atomic(study_json, st.dump(2) + "\n");
+
+  s.sweep.file = s.plan.file;
+  s.sweep.out = (out / "runs").string();
+  s.sweep.data = s.budget.data;
+  s.sweep.tokenizer = s.budget.tokenizer;
+  s.sweep.tokens_per_step = s.budget.tokens_per_step();
+  s.runs.reserve(s.plan.hybrids.size() * static_cast<size_t>(s.seeds) + 1);  // tasks keep pointers into it
+  if (s.wants("a")) add_run(s, s.plan.evaluator, 1, true);
+  for (auto& id : s.findings)
+    for (auto& h : s.plan.finding(id)->hybrids)
+      for (int seed = 1; seed <= s.seeds; ++seed) add_run(s, s.plan.hybrid(h), seed, false);
+  if (s.wants("a")) s.evaluator = &s.runs.front();
+  for (auto& r : s.runs) inspect_run(r.planned);  // a folder holding another model is refused before anything runs
+  add_train_tasks(s);
+  add_eval_tasks(s);
+
+  if (!o.quiet)
+    fmt::print(stderr, "reproduce: plan {} ({}), budget {}: findings {}, {} runs of {} steps x {} tokens, {} seed{}, "
+               "{} tasks, {} at a time x {} thread{}; into {}\n", s.plan.file, s.plan.name, s.budget.name,
+               fmt::join(s.findings, ","), s.runs.size(), s.budget.steps, s.budget.batch * s.budget.seq_len, s.seeds,
+               s.seeds == 1 ? "" : "s", s.tasks.size(), s.jobs, s.threads, s.threads == 1 ? "" : "s", o.out);
+  GraphOutcome g = run_task_graph(self_exe(), s.tasks, s.jobs, o.quiet);
+  st["wall_seconds"] = st["wall_seconds"].get<double>() + g.seconds;
+  write_file_atomic(study_json, st.dump(2) + "\n");
+  if (g.interrupted) {
+    if (!o.quiet) fmt::print(stderr, "reproduce: interrupted; run the same command again to continue\n");
+    res.exit_code = 130;
+    return res;
+  }
+  const json findings = collect(s, g, st["wall_seconds"].get<double>());
+  res.findings = (out / "findings.json").string();
+  write_file_atomic(res.findings, findings.dump(1) + "\n");
+  res.report = write_report(findings, o.out);
+  res.exit_code = g.failed + g.skipped > 0 ? 1 : 0;
+  if (!o.quiet && res.exit_code)
+    for (auto& e : g.errors) fmt::print(stderr, "reproduce: FAILED {}\n", e);
+  return res;
+}
+
+}  // namespace hlm::study

@@ -1,0 +1,33 @@
+#pragma once
+// `hybridlm reproduce`: a study plan at one budget, end to end (docs/reproduce.md). Plans the runs the
+// chosen findings need (hybrids x seeds, plus the shared LongPPL evaluator), trains them as child
+// `hybridlm train` processes, runs the evaluations and probes on them as child `hybridlm eval/probe`
+// processes (their JSON kept in each run's evals/ folder), then reads everything back, applies the plan's
+// verdict rules and writes DIR/findings.json, DIR/report.md and the SVG figures. Rerunning continues: what
+// is on disk is not redone.
+#include <string>
+#include <vector>
+
+#include "study/sweep.h"
+
+namespace hlm::study {
+
+struct ReproduceOptions {
+  std::string plan;                 // plan file (default: studies/paper.json)
+  std::string budget = "tiny";
+  std::string out;
+  std::vector<std::string> only;    // finding ids; empty = every finding of the plan
+  int seeds = 0;                    // 0: the budget's
+  int jobs = 0;                     // children at once; 0: one per core
+  bool report_only = false;         // rewrite report.md + figures from DIR/findings.json alone
+  bool quiet = false;
+};
+
+struct ReproduceOutcome {
+  int exit_code = 0;                // 0 done, 1 a task failed, 130 interrupted
+  std::string report, findings;     // paths written ("" when interrupted before the report)
+};
+
+ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind& train_option);
+
+}  // namespace hlm::study

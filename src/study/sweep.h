@@ -1,0 +1,68 @@
+#pragma once
+// Sweeps: every (arch x size x budget) of a plan file trained as a child `hybridlm train` process,
+// resumably (finished runs are skipped, interrupted ones continue with --resume), with <out>/sweep.json
+// keeping each run's status so that `hybridlm scaling fit <out>` can fit the result. Plan format and
+// behaviour: docs/scaling.md.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hlm::study {
+
+// How `hybridlm train` takes an option: -1 it has no such option, 0 a switch (no value), 1 one value.
+// Given by the CLI (study/ does not know the CLI), so a plan's train flags are checked against the real
+// subcommand.
+using TrainOptionKind = std::function<int(const std::string& long_flag)>;
+
+struct PlannedRun {
+  std::string name, arch, size;
+  long budget = 0;        // as written in the plan (steps or tokens)
+  long steps = 0;         // optimizer steps to train
+  double tokens = 0;      // steps * tokens per step
+  std::vector<std::string> model_args, train_args;  // flags for `train` (model: only on a fresh start)
+  nlohmann::json model_config;  // the resolved config (to check an existing run folder against)
+  std::string dir;
+};
+
+struct SweepPlan {
+  std::string file, out, data = "default", tokenizer, budget_unit = "steps";
+  double tokens_per_step = 0;
+  std::vector<PlannedRun> runs;
+};
+
+// Reads and checks a plan; hlm::Error naming the file and field on any problem, before anything runs.
+SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_option);
+
+// What a run folder holds: nothing yet, or the step of its newest checkpoint. hlm::Error when the folder
+// holds another model than the plan's, or a checkpoint past the planned steps.
+struct RunOnDisk {
+  bool exists = false, has_ckpt = false;
+  long step = 0;
+};
+RunOnDisk inspect_run(const PlannedRun& r);
+
+// Before (re)starting a run: creates its folder; a run started but never checkpointed starts over, its old
+// metrics rows set aside (metrics.jsonl.stale-<time>) so they are not mixed in.
+void prepare_run_folder(const PlannedRun& r);
+
+// The `hybridlm train ...` arguments (without the program name) that start or resume a run.
+std::vector<std::string> train_command(const PlannedRun& r, const SweepPlan& p, bool resume);
+
+// One entry per run with its status (done / pending, resume_from_step) and command, as in sweep.json.
+nlohmann::json sweep_status(const SweepPlan& p);
+// {"done": n, "pending": m, ...} of a runs array.
+nlohmann::json status_summary(const nlohmann::json& runs);
+
+// Trains what is not done, one run at a time, keeping <out>/sweep.json up to date; progress lines on
+// stderr unless quiet. Ctrl-C is forwarded to the training, which saves; the sweep then stops.
+struct SweepOutcome {
+  nlohmann::json runs;  // as in sweep.json
+  std::string sweep_json;
+  bool interrupted = false;
+  int failed = 0;
+};
+SweepOutcome run_sweep(const SweepPlan& p, bool quiet);
+
+}  // namespace hlm::study

@@ -1,0 +1,210 @@
+#include "study/verdict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace hlm::study {
+
+using nlohmann::json;
+
+std::string verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kHolds: return "holds";
+    case Verdict::kDoesNotHold: return "does not hold";
+    default: return "inconclusive";
+  }
+}
+
+Spread spread_of(const std::vector<double>& v) {
+  Spread s;
+  double sum = 0;
+  s.min = std::numeric_limits<double>::infinity();
+  s.max = -s.min;
+  for (double x : v) {
+    if (!std::isfinite(x)) continue;
+    ++s.n;
+    sum += x;
+    s.min = std::min(s.min, x);
+    s.max = std::max(s.max, x);
+  }
+  if (s.n == 0) return Spread{};
+  s.mean = sum / s.n;
+  return s;
+}
+
+namespace {
+
+json spread_json(const Spread& s) {
+  if (s.n == 0) return nullptr;
+  return {{"mean", s.mean}, {"min", s.min}, {"max", s.max}, {"n", s.n}};
+}
+
+int min_seeds_of(const json& rule) { return rule.contains("min_seeds") ? rule["min_seeds"].get<int>() : 2; }
+
+}  // namespace
+
+VerdictResult directional(const std::vector<double>& effects, double margin, int min_seeds) {
+  const Spread s = spread_of(effects);
+  if (s.n < min_seeds)
+    return {Verdict::kInconclusive,
+            fmt::format("{} seed{} measured, the rule needs {} to know the seed spread", s.n, s.n == 1 ? "" : "s", min_seeds)};
+  const std::string eff = fmt::format("effect {:+.3g} (seeds {:+.3g}..{:+.3g}), margin {:.3g}", s.mean, s.min, s.max, margin);
+  if (s.mean >= margin && s.min > 0 && s.mean > s.range()) return {Verdict::kHolds, eff};
+  if (s.mean + s.range() < margin) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
+  return {Verdict::kInconclusive, eff + ": within the seed spread"};
+}
+
+VerdictResult verdict_scaling(const ScalingInput& in, const json& rule, json* details) {
+  const size_t H = in.hybrids.size();
+  size_t S = 0;
+  for (auto& v : in.seeds) S = std::max(S, v.size());
+  std::vector<double> loss_spread, early, final_, effect;
+  json lags = json::array();
+  int lag_largest = 0, lag_seeds = 0;
+  for (size_t s = 0; s < S; ++s) {
+    std::vector<double> loss, e, f;
+    bool complete = true;
+    for (size_t h = 0; h < H; ++h) {
+      const ScalingSeedPoint p = s < in.seeds[h].size() ? in.seeds[h][s] : ScalingSeedPoint{};
+      complete &= std::isfinite(p.early_log_longppl) && std::isfinite(p.final_log_longppl) && std::isfinite(p.final_val_loss);
+      loss.push_back(p.final_val_loss);
+      e.push_back(p.early_log_longppl);
+      f.push_back(p.final_log_longppl);
+    }
+    if (H < 2) continue;
+    const Spread ls = spread_of(loss), es = spread_of(e), fs = spread_of(f);
+    if (ls.n == static_cast<int>(H)) loss_spread.push_back((ls.max - ls.min) / ls.mean);
+    if (!complete) continue;  // a seed counts for LongPPL only with every hybrid measured
+    early.push_back(es.max - es.min);
+    final_.push_back(fs.max - fs.min);
+    effect.push_back(early.back() - final_.back());
+    const size_t worst = static_cast<size_t>(std::max_element(e.begin(), e.end()) - e.begin());
+    lags.push_back(in.hybrids[worst]);
+    ++lag_seeds;
+    lag_largest += in.hybrids[worst] == in.largest_window;
+  }
+  const Spread ls = spread_of(loss_spread);
+  if (details) {
+    (*details)["loss_spread"] = spread_json(ls);
+    (*details)["log_longppl_spread_early"] = spread_json(spread_of(early));
+    (*details)["log_longppl_spread_final"] = spread_json(spread_of(final_));
+    (*details)["effect"] = spread_json(spread_of(effect));
+    (*details)["lags_most_early"] = lags;
+    (*details)["largest_window"] = in.largest_window;
+    (*details)["largest_window_lags_most"] = fmt::format("{} of {} seeds", lag_largest, lag_seeds);
+  }
+  if (effect.empty())
+    return {Verdict::kInconclusive, "no seed has LongPPL for every hybrid (the evaluator found no key tokens, or "
+                                    "runs are missing): the runs did not give the measurement"};
+  const double tol = rule.at("loss_spread_max").get<double>();
+  VerdictResult d = directional(effect, rule.at("margin").get<double>(), min_seeds_of(rule));
+  const std::string loss_txt = fmt::format("val-loss spread {:.3g} (max {:.3g})", ls.mean, tol);
+  if (ls.n >= min_seeds_of(rule) && ls.mean - ls.range() > tol)
+    return {Verdict::kDoesNotHold, loss_txt + ": the hybrids' val losses differ beyond the seed spread; LongPPL " + d.reason};
+  if (d.verdict == Verdict::kHolds && ls.mean > tol)
+    return {Verdict::kInconclusive, "LongPPL spread converges (" + d.reason + ") but " + loss_txt};
+  d.reason = "LongPPL spread early - final: " + d.reason + "; " + loss_txt;
+  return d;
+}
+
+VerdictResult verdict_receptive_field(const ReceptiveInput& in, const json& rule, json* details) {
+  const double learned_min = rule.at("learned_min").get<double>(), margin = rule.at("margin").get<double>();
+  int holds = 0, not_hold = 0, learned = 0;
+  std::string reasons;
+  json per = json::object();
+  for (size_t h = 0; h < in.hybrids.size(); ++h) {
+    std::vector<double> base, full, eff, effect;
+    for (auto& s : in.seeds[h]) {
+      base.push_back(s.base);
+      full.push_back(s.full_capped);
+      eff.push_back(s.efficient_capped);
+      effect.push_back(s.efficient_capped - s.full_capped);
+    }
+    const Spread b = spread_of(base);
+    VerdictResult r;
+    if (b.n == 0) r = {Verdict::kInconclusive, "not measured"};
+    else if (b.mean < learned_min)
+      r = {Verdict::kInconclusive, fmt::format("did not learn retrieval (NIAH {:.2f} < {:.2f})", b.mean, learned_min)};
+    else {
+      ++learned;
+      r = directional(effect, margin, min_seeds_of(rule));
+    }
+    holds += r.verdict == Verdict::kHolds;
+    not_hold += r.verdict == Verdict::kDoesNotHold;
+    reasons += fmt::format("{}{}: {} ({})", reasons.empty() ? "" : "; ", in.hybrids[h], verdict_name(r.verdict), r.reason);
+    per[in.hybrids[h]] = {{"verdict", verdict_name(r.verdict)}, {"reason", r.reason},
+                          {"niah", spread_json(b)}, {"niah_full_capped", spread_json(spread_of(full))},
+                          {"niah_efficient_capped", spread_json(spread_of(eff))},
+                          {"effect", spread_json(spread_of(effect))}};
+  }
+  if (details) (*details)["per_hybrid"] = per;
+  if (not_hold > 0) return {Verdict::kDoesNotHold, reasons};
+  if (holds == static_cast<int>(in.hybrids.size()) && holds > 0) return {Verdict::kHolds, reasons};
+  return {Verdict::kInconclusive, reasons};
+}
+
+VerdictResult verdict_laziness(const LazinessInput& in, const json& rule, json* details) {
+  const double never = static_cast<double>(in.steps + in.eval_every);
+  json per = json::object();
+  bool any = false;
+  for (size_t h = 0; h < in.hybrids.size(); ++h) {
+    std::vector<double> v;
+    json seeds = json::array();
+    for (double x : in.onset[h]) {
+      any |= std::isfinite(x);
+      v.push_back(std::isfinite(x) ? x : never);
+      seeds.push_back(std::isfinite(x) ? json(x) : json("never"));
+    }
+    per[in.hybrids[h]] = {{"onset_steps", seeds}, {"mean_counting_never_as", never}, {"mean", spread_of(v).mean}};
+  }
+  if (details) (*details)["per_hybrid"] = per;
+  if (in.hybrids.size() < 2) return {Verdict::kInconclusive, "fewer than two windows compared"};
+  if (!any)
+    return {Verdict::kInconclusive, fmt::format("no run formed retrieval heads in its full-attention layers within {} "
+                                                "steps: the runs did not learn the skill", in.steps)};
+  std::vector<double> effect;
+  const auto& small = in.onset.front();
+  const auto& large = in.onset.back();
+  for (size_t s = 0; s < std::min(small.size(), large.size()); ++s) {
+    const double a = std::isfinite(small[s]) ? small[s] : never, b = std::isfinite(large[s]) ? large[s] : never;
+    effect.push_back((b - a) / static_cast<double>(in.steps));
+  }
+  VerdictResult r = directional(effect, rule.at("margin_fraction").get<double>(), min_seeds_of(rule));
+  r.reason = fmt::format("onset {} - onset {} in fractions of the run: {}", in.hybrids.back(), in.hybrids.front(), r.reason);
+  return r;
+}
+
+VerdictResult verdict_nope(const std::vector<NopeSeed>& seeds, const json& rule, json* details) {
+  std::vector<double> rope, nope, effect, loss_diff;
+  for (auto& s : seeds) {
+    rope.push_back(s.rope_score);
+    nope.push_back(s.nope_score);
+    effect.push_back(s.nope_score - s.rope_score);
+    loss_diff.push_back(s.nope_loss - s.rope_loss);
+  }
+  const Spread r = spread_of(rope), n = spread_of(nope), ld = spread_of(loss_diff);
+  if (details) {
+    (*details)["rope_score"] = spread_json(r);
+    (*details)["nope_score"] = spread_json(n);
+    (*details)["effect"] = spread_json(spread_of(effect));
+    (*details)["loss_difference"] = spread_json(ld);
+  }
+  const double learned_min = rule.at("learned_min").get<double>(), tol = rule.at("loss_tolerance").get<double>();
+  if (r.n == 0 || n.n == 0) return {Verdict::kInconclusive, "not measured"};
+  if (std::max(r.mean, n.mean) < learned_min)
+    return {Verdict::kInconclusive, fmt::format("neither learned the long-context skill (scores {:.2f} / {:.2f} < {:.2f})",
+                                                r.mean, n.mean, learned_min)};
+  VerdictResult d = directional(effect, rule.at("margin").get<double>(), min_seeds_of(rule));
+  const std::string loss_txt = fmt::format("short-context loss NoPE - RoPE {:+.3g} (tolerance {:.3g})", ld.mean, tol);
+  if (ld.n >= min_seeds_of(rule) && ld.mean - ld.range() > tol)
+    return {Verdict::kDoesNotHold, loss_txt + " beyond the seed spread; score " + d.reason};
+  if (d.verdict == Verdict::kHolds && ld.mean > tol)
+    return {Verdict::kInconclusive, "score " + d.reason + " but " + loss_txt};
+  d.reason = "score NoPE - RoPE: " + d.reason + "; " + loss_txt;
+  return d;
+}
+
+}  // namespace hlm::study

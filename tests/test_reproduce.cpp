@@ -1,0 +1,147 @@
+// `hybridlm reproduce` end to end at the tiny budget of the shipped plan (studies/paper.json): trains the
+// hybrids and the shared evaluator, evaluates, probes, fits and writes report.md, the figures and
+// findings.json; --report-only rewrites the report from findings.json alone; a rerun redoes nothing; a
+// study killed mid-run (kill -9) continues when started again. Bad plans and options are refused before
+// anything runs. Cost (Release, measured on the shared 2-core machine): see docs/reproduce.md.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path& tmp_dir() {
+  static hlm::testing::ScratchDir d("hlm_reproduce_test_");
+  return d.path;
+}
+
+using Result = hlm::testing::CliResult;
+using hlm::testing::slurp;
+Result run(const std::string& args) { return hlm::testing::run_cli(tmp_dir(), args); }
+void expect_error(const Result& r, const std::string& needle) { hlm::testing::expect_cli_error(r, needle); }
+
+json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  return json::parse(f);
+}
+
+}  // namespace
+
+TEST(Reproduce, RefusesBadPlansAndOptionsBeforeAnythingRuns) {
+  const fs::path out = tmp_dir() / "refused";
+  const fs::path plan = tmp_dir() / "plan_bad_preset.json";
+  json j = read_json(fs::path(HLM_SOURCE_DIR) / "studies" / "paper.json");
+  j["hybrids"]["gdn"]["preset"] = "gdnx";
+  std::ofstream(plan) << j.dump();
+  expect_error(run("reproduce " + plan.string() + " --budget tiny --out " + out.string()),
+               plan.string() + ": field 'hybrids.gdn.preset'");
+  EXPECT_FALSE(fs::exists(out));
+  expect_error(run("reproduce --budget huge --out " + out.string()), "--budget huge: the plan");
+  expect_error(run("reproduce --budget tiny --only e --out " + out.string()), "--only e: unknown finding");
+  expect_error(run("reproduce --report-only --out " + out.string()), "findings.json does not exist");
+  EXPECT_FALSE(fs::exists(out / "runs"));
+}
+
+TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
+  const fs::path out = tmp_dir() / "tiny";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run("reproduce --budget tiny --jobs 2 --out " + out.string());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("reproduce --budget tiny: %.1f s\n", secs);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("report: " + (out / "report.md").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("ETA"), std::string::npos) << r.err;  // the progress line
+  const json f = read_json(out / "findings.json");
+  ASSERT_EQ(f["findings"].size(), 4u);
+  for (auto& x : f["findings"]) {
+    const std::string v = x["verdict"];
+    EXPECT_TRUE(v == "holds" || v == "does not hold" || v == "inconclusive") << v;
+    EXPECT_FALSE(x["reason"].get<std::string>().empty());
+  }
+  // One seed: no finding can be decided at the tiny budget (the rules need two).
+  for (auto& x : f["findings"]) EXPECT_EQ(x["verdict"], "inconclusive") << x.dump();
+  // Every run was measured: LongPPL at every checkpoint, probes and evals.
+  EXPECT_EQ(f["run"]["tasks_failed"], 0);
+  for (auto& [h, seeds] : f["findings"][0]["data"]["curves"].items())
+    for (auto& p : seeds[0]) EXPECT_TRUE(p["val_loss"].is_number()) << h << p.dump();
+  EXPECT_TRUE(f["findings"][1]["data"]["per_seed"]["gdn"][0]["full"]["niah"].is_number());
+  EXPECT_EQ(f["findings"][2]["data"]["curves"]["swa-large"][0].size(), 3u);  // 3 checkpoints
+  EXPECT_EQ(f["hybrids"]["swa-large"]["window"], 128);  // half of 256
+  const std::string report = slurp(out / "report.md");
+  for (const char* s : {"| a. Scaling |", "| d. NoPE on the full layers |", "Miniature proxy", "shared evaluator",
+                        "loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg", "nope-vs-rope.svg"})
+    EXPECT_NE(report.find(s), std::string::npos) << s;
+  for (const char* svg : {"loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg",
+                          "heads-over-training.svg", "nope-vs-rope.svg"})
+    EXPECT_TRUE(fs::exists(out / svg)) << svg;
+  // log LongPPL is drawn when the evaluator found key tokens (at this budget it may find none; the reason says so).
+  const bool key_tokens = f["findings"][0]["details"]["longppl_key_tokens"].get<long>() > 0;
+  EXPECT_EQ(fs::exists(out / "longppl-vs-compute.svg"), key_tokens);
+  if (!key_tokens) EXPECT_NE(f["findings"][0]["reason"].get<std::string>().find("no key tokens"), std::string::npos);
+
+  // The report again from findings.json alone, with the run folders gone.
+  fs::remove(out / "report.md");
+  fs::rename(out / "runs", tmp_dir() / "runs-aside");
+  Result again = run("reproduce --report-only --out " + out.string());
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(slurp(out / "report.md"), report);
+  fs::rename(tmp_dir() / "runs-aside", out / "runs");
+
+  // A rerun finds everything done and only rewrites the report.
+  Result rerun = run("reproduce --budget tiny --out " + out.string());
+  ASSERT_EQ(rerun.code, 0) << rerun.err;
+  EXPECT_NE(rerun.err.find("already done (resumed)"), std::string::npos) << rerun.err;
+  EXPECT_EQ(rerun.err.find("train "), std::string::npos) << rerun.err;
+  // Another budget in the same folder is refused.
+  expect_error(run("reproduce --budget small --out " + out.string()), "field 'budget' is \"tiny\"");
+}
+
+TEST(Reproduce, ContinuesAfterAKillMidRun) {
+  const fs::path out = tmp_dir() / "killed";
+  const std::string log = (tmp_dir() / "killed.log").string();
+  const std::string cmd = "exec " + std::string(HLM_BINARY) + " reproduce --budget tiny --only b --jobs 2 --out " +
+                          out.string() + " >" + log + " 2>&1";
+  pid_t pid = 0;
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  // Wait for the first checkpoint of any run, then kill the study (not its children: they get SIGINT from
+  // the kernel when their parent dies, save and exit).
+  bool checkpointed = false;
+  for (int i = 0; i < 1200 && !checkpointed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (fs::exists(out / "runs"))
+      for (auto& e : fs::directory_iterator(out / "runs")) checkpointed |= fs::exists(e.path() / "latest");
+  }
+  ASSERT_TRUE(checkpointed) << slurp(log);
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  EXPECT_FALSE(fs::exists(out / "findings.json"));
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // the orphaned trainings save and exit
+  Result r = run("reproduce --budget tiny --only b --jobs 2 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  bool resumed = false;
+  for (auto& e : fs::directory_iterator(out / "runs"))
+    resumed |= slurp(e.path() / "train.log").find("resumed from") != std::string::npos;
+  EXPECT_TRUE(resumed) << "no run continued from a checkpoint";
+  const json f = read_json(out / "findings.json");
+  ASSERT_EQ(f["findings"].size(), 1u);
+  EXPECT_EQ(f["findings"][0]["id"], "b");
+  EXPECT_EQ(f["run"]["tasks_failed"], 0);
+}
