@@ -13,6 +13,7 @@ PACKAGES=(
   liblbfgs-dev                                # L-BFGS for scaling-law fits
   nlohmann-json3-dev libcli11-dev libfmt-dev  # config/JSON, CLI, formatting
   libgtest-dev libbenchmark-dev               # tests, micro-benchmarks
+  clang-14 libclang-rt-14-dev libomp-14-dev   # the asan preset: ASan/UBSan unit tests and libFuzzer targets (CI)
   python3.11-doc linux-doc-6.1                # the built-in default corpus (reST sources)
 )
 missing=()
