@@ -15,6 +15,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin                  # MPI: data-parallel training under mpirun/srun (docs/distributed.md)
   nlohmann-json3-dev libcli11-dev libfmt-dev  # config/JSON, CLI, formatting
   libgtest-dev libbenchmark-dev               # tests, micro-benchmarks
+  clang-14 libclang-rt-14-dev libomp-14-dev   # the asan preset: ASan/UBSan unit tests and libFuzzer targets (CI)
   python3.11-doc linux-doc-6.1                # the built-in default corpus (reST sources)
 )
 if [ "${1:-}" = "--list-packages" ]; then printf '%s\n' "${PACKAGES[@]}"; exit 0; fi

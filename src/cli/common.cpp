@@ -25,7 +25,10 @@ void ModelFlags::add(CLI::App* app) {
 ModelConfig ModelFlags::resolve() const { return resolve_config(preset, config_file, overrides); }
 
 CLI::Validator in_range(double lo, double hi) {
-  const std::string range = fmt::format("[{:g}, {}", lo, std::isinf(hi) ? "inf)" : fmt::format("{:g}]", hi));
+  auto num = [](double v) {  // whole numbers in full (1048576, not 1.04858e+06)
+    return std::abs(v) < 1e15 && v == std::floor(v) ? fmt::format("{}", static_cast<long long>(v)) : fmt::format("{:g}", v);
+  };
+  const std::string range = fmt::format("[{}, {}", num(lo), std::isinf(hi) ? "inf)" : num(hi) + "]");
   return CLI::Validator(
       [lo, hi, range](std::string& input) -> std::string {
         const char* s = input.c_str();
