@@ -99,7 +99,7 @@ Plan load_plan(const std::string& file) {
   json j;
   try {
     j = json::parse(f);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", file, e.what());
   }
   if (!j.is_object()) fail("{}: a plan must be a JSON object", file);
@@ -316,7 +316,7 @@ OnDisk inspect(const PlannedRun& r) {
     json have;
     try {
       have = json::parse(f);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // also out_of_range: a number too large
       fail("{}: malformed JSON: {}", cp.string(), e.what());
     }
     json want = r.model_config;
