@@ -102,6 +102,15 @@ TEST(Reliability, ReadTextFileRefusesWhatIsNotARegularFile) {
   EXPECT_EQ(hlm::read_text_file((d / "big").string()).size(), 100u);
 }
 
+// Found by fuzz_run_json / fuzz_trainer_state: a number too large for a double is nlohmann's out_of_range, not a
+// parse_error; it escaped the readers as an error naming no file.
+TEST(Reliability, JsonNumberOverflowIsAnErrorNamingTheFile) {
+  const fs::path d = scratch("overflow");
+  std::ofstream(d / "trainer_state.json") << "{\"step\": 3333333333333333355e5333333}";
+  EXPECT_NE(error_of([&] { hlm::load_trainer_state(d.string()); }).find("trainer_state.json: malformed JSON"),
+            std::string::npos);
+}
+
 TEST(Reliability, PruneKeepsTheHighestStepsAndTheLatest) {
   const fs::path d = scratch("prune");
   // 9-digit steps sort before 8-digit ones by name: pruning must go by number.

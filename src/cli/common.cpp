@@ -105,7 +105,7 @@ nlohmann::json parse_run_json(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", path, e.what());
   }
   if (!j.is_object()) fail("{}: expected a JSON object", path);

@@ -31,7 +31,7 @@ Command register_import(CLI::App& app) {
             nlohmann::json hf;
             try {
               hf = nlohmann::json::parse(f);
-            } catch (const nlohmann::json::parse_error& e) {
+            } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
               fail("{}: malformed JSON: {}", cfg_path, e.what());
             }
             const HfImport imp = hf_import_config(hf, cfg_path);

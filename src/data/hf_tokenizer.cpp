@@ -349,7 +349,7 @@ HfTokenizerImport import_hf_tokenizer(const std::string& hf_dir, const std::stri
     json t;
     try {
       t = json::parse(read_file((dir / "tokenizer.json").string()));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // also out_of_range: a number too large
       fail("{}: malformed JSON: {}", (dir / "tokenizer.json").string(), e.what());
     }
     if (is_byte_tokenizer_json(t)) return {"byte", ""};

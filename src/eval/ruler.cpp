@@ -311,7 +311,7 @@ std::vector<QaItem> load_qa_file(const std::string& path) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
       fail("{}:{}: malformed JSON: {}", path, ln, e.what());
     }
     QaItem q;

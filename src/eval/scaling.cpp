@@ -441,7 +441,7 @@ json read_json_file(const fs::path& p, const char* hint) {
   if (!f) fail("{}: cannot open", p.string());
   try {
     return json::parse(f);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", p.string(), e.what());
   }
 }
@@ -514,7 +514,7 @@ RunData read_run(const std::string& dir, const std::string& metric) {
     json row;
     try {
       row = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // also out_of_range: a number too large
       fail("{}:{}: malformed JSON: {}", path, lineno, e.what());
     }
     if (!row.is_object()) fail("{}:{}: a metrics row must be a JSON object", path, lineno);

@@ -224,7 +224,7 @@ void apply_override(json& j, const std::string& assignment) {
   json value;
   try {
     value = json::parse(val);
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {
     value = val;
   }
   json* node = &j;
@@ -254,7 +254,7 @@ ModelConfig resolve_config(const std::string& preset, const std::string& config_
     json fj;
     try {
       fj = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // also out_of_range: a number too large
       fail("{}: malformed JSON: {}", config_file, e.what());
     }
     if (!fj.is_object()) fail("{}: config must be a JSON object", config_file);

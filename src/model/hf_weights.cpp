@@ -75,7 +75,7 @@ std::vector<std::string> weight_files(const std::string& dir) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", index.string(), e.what());
   }
   if (!j.contains("weight_map") || !j["weight_map"].is_object())

@@ -11,7 +11,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
   if (!f) fail("{}: cannot open{}", path, what);
   try {
     return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", path, e.what());
   }
 }

@@ -20,7 +20,7 @@ nlohmann::json read_json(const std::string& path) {
   std::string s = read_text_file(path, "JSON file", std::size_t{64} << 20);
   try {
     return nlohmann::json::parse(s);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", path, e.what());
   }
 }
