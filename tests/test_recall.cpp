@@ -167,7 +167,10 @@ TEST(Recall, GatedDeltaNetHybridLearnsMqarWithLongMemoryInit) {
 // each value to its key (its short conv and recurrence are the model's only local mixing), so a broken M / G
 // forward or backward shows as a failure to learn. MF > 0.9 after 400 steps (7 s); GF binds more slowly (0.12
 // after 400 steps, 0.88 after 800, > 0.9 after 1000).
-TEST(Recall, Mamba2PlusFullAttentionHybridLearnsMqar) { expect_recall("MF", 400, 8, 0.9, true); }
+// 800 steps, not 400: at 400 the outcome depended on the init seed and on summation order (recall CLI, AVX2 and
+// the portable attention path alike: seed 1 0.78-0.80, seeds 2 and 3 at chance); at 800 seeds 1-3 reach
+// 0.992 / 0.991 / 0.987, so the test checks learning, not luck.
+TEST(Recall, Mamba2PlusFullAttentionHybridLearnsMqar) { expect_recall("MF", 800, 8, 0.9, true); }
 
 TEST(Recall, GatedDeltaNetPlusFullAttentionHybridLearnsMqar) { expect_recall("GF", 1000, 8, 0.9, true); }
 

@@ -92,10 +92,15 @@ Result train(int np, const std::string& args) {
 }
 
 // `schedule`: steps, learning-rate and checkpoint flags (a test replaces them whole: a flag may be given once).
+// The model flags; a resumed run takes its model from the checkpoint and refuses them.
+const std::string kTinyModel =
+    "--preset swa128-nope --set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=2 "
+    "--set head_dim=16 --set d_ff=64 --set max_seq_len=64 --set window=8 ";
+
 std::string tiny_run(const fs::path& out, const std::string& batch,
                      const std::string& schedule = "--steps 20 --lr 3e-3 --warmup 2 --ckpt-every 10") {
-  return "--preset swa128-nope --set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=2 "
-         "--set head_dim=16 --set d_ff=64 --set max_seq_len=64 --set window=8 --threads 1 --data " +
+  const std::string model = batch == "--resume" ? "" : kTinyModel;
+  return model + "--threads 1 --data " +
          (tmp_root() / "corpus").string() + " --tokenizer byte --seq-len 32 " + schedule +
          " --eval-every 0 --eval-batches 2 --keep-checkpoints 0 --quiet --out " + out.string() + " " +
          batch;
