@@ -62,10 +62,10 @@ TEST(StudyPlan, ShippedPlanLoadsWithWindowsScaledToTheTrainingLength) {
   EXPECT_EQ(p.findings[0].id, "a");
   EXPECT_EQ(p.findings[3].hybrids, (std::vector<std::string>{"swa-small", "swa-small-nope"}));
   const BudgetSpec& tiny = p.budgets.at("tiny");
-  EXPECT_EQ(tiny.seq_len, 256);
-  EXPECT_EQ(p.window_tokens(p.hybrid("swa-small"), tiny), 8);    // 256 / 32
-  EXPECT_EQ(p.window_tokens(p.hybrid("swa-mid"), tiny), 32);     // 256 / 8
-  EXPECT_EQ(p.window_tokens(p.hybrid("swa-large"), tiny), 128);  // 256 / 2
+  EXPECT_EQ(tiny.seq_len, 384);
+  EXPECT_EQ(p.window_tokens(p.hybrid("swa-small"), tiny), 12);   // 384 / 32
+  EXPECT_EQ(p.window_tokens(p.hybrid("swa-mid"), tiny), 48);     // 384 / 8
+  EXPECT_EQ(p.window_tokens(p.hybrid("swa-large"), tiny), 192);  // 384 / 2
   EXPECT_EQ(p.window_tokens(p.hybrid("swa-small"), p.budgets.at("small")), 4);  // 128 / 32
   EXPECT_EQ(p.window_tokens(p.hybrid("lightning"), tiny), 0);
   EXPECT_EQ(p.budgets.at("medium").steps, 81920000 / (16 * 512));  // tokens -> steps
@@ -114,7 +114,7 @@ TEST(StudyPlan, MalformedUnknownAndImpossibleAreRefusedNamingFileAndField) {
   j["budgets"]["tiny"]["tokens"] = 61440;  // and steps
   expect_refused("steps_and_tokens", j, {"'steps' or as 'tokens'"});
   j = shipped();
-  j["budgets"]["tiny"]["seq_len"] = 4096;  // the presets' max_seq_len is 1024
+  j["budgets"]["tiny"]["seq_len"] = 4096;  // over the budget's max_seq_len (1536)
   j["budgets"]["tiny"]["max_eval_tokens"] = 8192;
   expect_refused("seq_len_over_model", j, {"field 'budgets.tiny.seq_len'", "max_seq_len"});
   j = shipped();
