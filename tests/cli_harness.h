@@ -1,6 +1,7 @@
 #pragma once
-// Runs the hybridlm binary in tests: a scratch folder with a small text corpus, the command's exit code,
-// stdout and stderr, and the check every bad input must pass (non-zero exit, an "error: " line naming it).
+// Runs the hybridlm binary in tests: scratch folders (one shared one with a small text corpus), the command's
+// exit code, stdout and stderr, and the check every bad input must pass (non-zero exit, an "error: " line
+// naming it).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,19 @@ namespace hlm::testing {
 struct CliResult {
   int code = -1;  // exit status; -1 when killed by a signal
   std::string out, err;
+};
+
+// A scratch folder per test process, removed at exit unless HLM_KEEP_TEST_FILES is set.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& prefix)
+      : path(std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!std::getenv("HLM_KEEP_TEST_FILES")) std::filesystem::remove_all(path, ec);
+  }
 };
 
 inline const std::filesystem::path& cli_tmp_root() {
@@ -39,10 +53,10 @@ inline std::string slurp(const std::filesystem::path& p) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-// `prefix` runs before the binary in the same shell (e.g. "ulimit -f 64;").
-inline CliResult run_cli(const std::string& args, const std::string& prefix = "") {
-  const auto d = cli_tmp_root();
-  const std::string out = (d / "stdout.txt").string(), err = (d / "stderr.txt").string();
+// `hybridlm <args>` with stdout and stderr captured in files under `dir`; `prefix` runs before the binary in
+// the same shell (e.g. "ulimit -f 64;").
+inline CliResult run_cli_in(const std::filesystem::path& dir, const std::string& args, const std::string& prefix = "") {
+  const std::string out = (dir / "stdout.txt").string(), err = (dir / "stderr.txt").string();
   const std::string cmd = prefix + std::string(HLM_BINARY) + " " + args + " >" + out + " 2>" + err;
   const int st = std::system(cmd.c_str());
   CliResult r;
@@ -50,6 +64,11 @@ inline CliResult run_cli(const std::string& args, const std::string& prefix = ""
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// The same in the shared scratch folder (the one with the corpus).
+inline CliResult run_cli(const std::string& args, const std::string& prefix = "") {
+  return run_cli_in(cli_tmp_root(), args, prefix);
 }
 
 inline std::string tiny_model_flags() {

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_run.h"
+#include "cli_harness.h"
 
 extern char** environ;
 
@@ -33,7 +33,7 @@ const fs::path& tmp_dir() {
 
 using Result = hlm::testing::CliResult;
 using hlm::testing::slurp;
-Result run(const std::string& args) { return hlm::testing::run_cli(tmp_dir(), args); }
+Result run(const std::string& args) { return hlm::testing::run_cli_in(tmp_dir(), args); }
 void expect_error(const Result& r, const std::string& needle) { hlm::testing::expect_cli_error(r, needle); }
 
 json read_json(const fs::path& p) {
@@ -93,7 +93,9 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   // log LongPPL is drawn when the evaluator found key tokens (at this budget it may find none; the reason says so).
   const bool key_tokens = f["findings"][0]["details"]["longppl_key_tokens"].get<long>() > 0;
   EXPECT_EQ(fs::exists(out / "longppl-vs-compute.svg"), key_tokens);
-  if (!key_tokens) EXPECT_NE(f["findings"][0]["reason"].get<std::string>().find("no key tokens"), std::string::npos);
+  if (!key_tokens) {
+    EXPECT_NE(f["findings"][0]["reason"].get<std::string>().find("no key tokens"), std::string::npos);
+  }
 
   // The report again from findings.json alone, with the run folders gone.
   fs::remove(out / "report.md");

@@ -15,7 +15,7 @@
 #include "core/rng.h"
 #include "eval/scaling.h"
 #include "model/config.h"
-#include "cli_run.h"
+#include "cli_harness.h"
 #include "testing.h"
 
 namespace fs = std::filesystem;
@@ -31,7 +31,7 @@ const fs::path& tmp_dir() {
 }
 
 using Result = hlm::testing::CliResult;
-Result run(const std::string& args) { return hlm::testing::run_cli(tmp_dir(), args); }
+Result run(const std::string& args) { return hlm::testing::run_cli_in(tmp_dir(), args); }
 void expect_error(const Result& r, const std::string& needle) { hlm::testing::expect_cli_error(r, needle); }
 
 // Chinchilla's published constants (docs/algorithms.md §9.1).
