@@ -460,13 +460,20 @@ TEST(SweepCli, DryRunListsTheRunsAndTokenBudgets) {
   EXPECT_NE(text.out.find("8 runs"), std::string::npos) << text.out;
 }
 
-TEST(SweepCli, TrainsSkipsFinishedRunsAndResumes) {
+namespace {
+// The text base_plan trains on, and a data cache inside the scratch folder.
+void make_sweep_corpus() {
   fs::create_directories(tmp_dir() / "corpus");
   for (int i = 0; i < 4; ++i) {
     std::ofstream f(tmp_dir() / "corpus" / ("doc" + std::to_string(i) + ".txt"));
     for (int k = 0; k < 60; ++k) f << "Document " << i << " line " << k << ": the quick brown fox jumps.\n";
   }
   ::setenv("HLM_DATA_CACHE", (tmp_dir() / "cache").c_str(), 1);
+}
+}  // namespace
+
+TEST(SweepCli, TrainsSkipsFinishedRunsAndResumes) {
+  make_sweep_corpus();
   json p = base_plan();
   p["out"] = (tmp_dir() / "sweep2").string();
   p["archs"] = {p["archs"][1]};
@@ -522,4 +529,22 @@ TEST(SweepCli, TrainsSkipsFinishedRunsAndResumes) {
   json fj = json::parse(fit.out);
   ASSERT_EQ(fj["groups"].size(), 1u);
   EXPECT_EQ(fj["groups"][0]["name"], "SSSF w8 F-nope");
+}
+
+// --jobs 2: two trainings at a time, each told its share of the CPUs (--threads), all four runs done.
+TEST(SweepCli, JobsTrainsSeveralRunsAtOnce) {
+  make_sweep_corpus();
+  json p = base_plan();
+  p["out"] = (tmp_dir() / "sweep_jobs").string();
+  p["train"].erase("threads");
+  p["sizes"] = {p["sizes"][0]};
+  Result r = run("sweep " + write_plan("jobs", p).string() + " --jobs 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 4u);
+  for (auto& e : j["runs"]) {
+    EXPECT_EQ(e["status"], "done") << e.dump();
+    EXPECT_NE(e["command"].get<std::string>().find("--threads "), std::string::npos) << e.dump();
+  }
+  expect_error(run("sweep " + write_plan("jobs0", p).string() + " --jobs 0"), "--jobs");
 }

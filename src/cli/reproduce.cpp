@@ -7,6 +7,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "study/reproduce.h"
+#include "train/distributed.h"
 
 namespace hlm::cli {
 
@@ -27,6 +28,12 @@ Command register_reproduce(CLI::App& app) {
             for (auto& id : o->only)
               if (!std::set<std::string>{"a", "b", "c", "d"}.count(id))
                 fail("--only {}: unknown finding (the findings are a, b, c, d)", id);
+            // Its tasks depend on each other (evaluations need trainings, LongPPL the evaluator): one process
+            // schedules them. A cluster runs a plan's trainings with `mpirun ... hybridlm sweep` or a Slurm array.
+            if (dist::world_size() > 1)
+              fail("reproduce runs as one process (--jobs N runs its tasks in parallel), not under an MPI launcher "
+                   "({} ranks); for runs across ranks use `mpirun -np N hybridlm sweep PLAN` (docs/distributed.md)",
+                   dist::world_size());
             o->quiet = false;
             study::ReproduceOutcome r = study::run_reproduce(*o, train_option_kind());
             if (*json_out)

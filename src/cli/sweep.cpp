@@ -11,6 +11,7 @@
 #include "core/file_io.h"
 #include "study/child_process.h"
 #include "study/sweep.h"
+#include "train/distributed.h"
 
 namespace hlm::cli {
 
@@ -33,6 +34,7 @@ namespace {
 struct SweepOpts {
   std::string plan;
   bool dry_run = false, json = false;
+  int jobs = 1, threads = 0;  // trainings at once (per rank under MPI), OpenMP threads each (0: shared evenly)
   std::string emit_slurm;  // write a Slurm array script (cli/slurm.h) instead of training
   SlurmOptions slurm;
 };
@@ -61,6 +63,9 @@ int emit_slurm(const study::SweepPlan& p, SlurmOptions so, const std::string& fi
 
 int run_sweep_cmd(const SweepOpts& o) {
   study::SweepPlan p = study::load_sweep_plan(o.plan, train_option_kind());
+  const int ranks = dist::world_size();
+  if (ranks > 1 && (o.dry_run || !o.emit_slurm.empty()))
+    fail("sweep --dry-run / --emit-slurm: run it as one process, not under an MPI launcher ({} ranks)", ranks);
   if (!o.emit_slurm.empty()) return emit_slurm(p, o.slurm, o.emit_slurm);
   if (o.dry_run) {
     json runs = study::sweep_status(p);
@@ -79,7 +84,27 @@ int run_sweep_cmd(const SweepOpts& o) {
     }
     return 0;
   }
-  study::SweepOutcome out = study::run_sweep(p, o.json);
+  // Threads per training: as given, else this process's CPUs (the ones the launcher bound a rank to) shared
+  // by the trainings it runs at once; one training alone keeps train's own default.
+  study::SweepShare share{o.jobs, o.threads, dist::rank(), ranks};
+  if (share.threads == 0 && (o.jobs > 1 || ranks > 1)) {
+    const int cpus = dist::default_threads();  // 0 when OMP_NUM_THREADS decides
+    if (cpus > 0) share.threads = std::max(1, cpus / o.jobs);
+  }
+  study::SweepOutcome out = study::run_sweep(p, o.json, share);
+  if (ranks > 1) {
+    // Every rank has finished its share (or was interrupted): rank 0 writes the one sweep.json.
+    const bool interrupted = dist::any(out.interrupted);
+    const bool failed = dist::any(out.failed > 0);
+    dist::barrier();
+    if (!dist::is_root()) return interrupted ? 130 : failed ? 1 : 0;
+    out.runs = study::merge_rank_status(p, ranks);
+    out.sweep_json = (fs::path(p.out) / "sweep.json").string();
+    out.interrupted = interrupted;
+    out.failed = 0;
+    for (auto& r : out.runs) out.failed += r["status"] == "failed";
+    if (failed && out.failed == 0) out.failed = 1;
+  }
   if (o.json) {
     print_json({{"plan", o.plan}, {"out", p.out}, {"sweep_json", out.sweep_json}, {"runs", out.runs},
                 {"summary", study::status_summary(out.runs)}});
@@ -101,6 +126,11 @@ Command register_sweep(CLI::App& app) {
   sub->add_option("plan", o->plan, "plan JSON file (docs/scaling.md)")->required();
   sub->add_flag("--dry-run", o->dry_run, "list the runs and what would happen; train nothing");
   sub->add_flag("--json", o->json, "print one JSON object (the runs and their status)");
+  sub->add_option("--jobs", o->jobs, "trainings at once (per rank under mpirun, where rank r of N trains runs r, r+N, ...)")
+      ->check(in_range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--threads", o->threads, "OpenMP threads per training (default: this process's CPUs / --jobs)")
+      ->check(in_range(0, 4096));
   sub->add_option("--emit-slurm", o->emit_slurm, "write a Slurm job-array script (one task per run) and exit");
   sub->add_option("--slurm-ranks", o->slurm.ranks, "with --emit-slurm: MPI ranks per run (srun -n)")
       ->capture_default_str();

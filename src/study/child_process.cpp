@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -94,6 +95,17 @@ pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args, 
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The child is a single process of its own: without the MPI launcher's variables it does not start MPI
+  // (train/distributed.h), where with them it would claim this rank's place in the parent's MPI job.
+  std::vector<std::string> env_copy;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view v(*e);
+    if (v.starts_with("OMPI_") || v.starts_with("PMIX_") || v.starts_with("PMI_")) continue;
+    env_copy.emplace_back(v);
+  }
+  std::vector<char*> envp;
+  for (auto& v : env_copy) envp.push_back(v.data());
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) fail("fork failed ({})", std::strerror(errno));
@@ -116,7 +128,7 @@ pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args, 
         ::close(out);
       }
     }
-    ::execv(exe.c_str(), argv.data());
+    ::execve(exe.c_str(), argv.data(), envp.data());
     std::fprintf(stderr, "error: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
     ::_exit(127);
   }

@@ -31,7 +31,8 @@ class InterruptGuard {
   static bool requested();  // a signal arrived since the guard was made
 };
 
-// Starts `exe args...` (argv[0] "hybridlm") in its own process group. stderr is appended to `log`; stdout
+// Starts `exe args...` (argv[0] "hybridlm") in its own process group, without the MPI launcher's environment
+// variables (OMPI_*, PMIX_*, PMI_*: a child is always a single process, even when its parent is an MPI rank). stderr is appended to `log`; stdout
 // too, unless `stdout_file` is given (it is then truncated and gets stdout alone, e.g. a --json result).
 pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
                   const std::string& stdout_file = "");

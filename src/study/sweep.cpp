@@ -336,32 +336,61 @@ json sweep_status(const SweepPlan& p) {
   return runs;
 }
 
-SweepOutcome run_sweep(const SweepPlan& p, bool quiet) {
+namespace {
+
+std::string rank_status_file(const SweepPlan& p, int rank, int ranks) {
+  return (fs::path(p.out) / (ranks > 1 ? fmt::format("sweep.rank-{}.json", rank) : std::string("sweep.json"))).string();
+}
+
+void write_status(const SweepPlan& p, const std::string& file, const json& runs) {
+  json s = {{"version", 1}, {"plan", fs::absolute(p.file).string()}, {"out", p.out}, {"updated", now_iso()},
+            {"runs", runs}, {"summary", status_summary(runs)}};
+  write_file_atomic(file, s.dump(2) + "\n");
+}
+
+bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
+  for (auto& a : args)
+    if (a == flag || a.starts_with(flag + "=")) return true;
+  return false;
+}
+
+}  // namespace
+
+SweepOutcome run_sweep(const SweepPlan& p, bool quiet, const SweepShare& share) {
+  if (share.jobs < 1 || share.ranks < 1 || share.rank < 0 || share.rank >= share.ranks)
+    fail("sweep: jobs {} / rank {} of {} is not a valid share", share.jobs, share.rank, share.ranks);
   const std::string exe = self_exe();
   SweepOutcome out;
+  std::vector<size_t> mine;  // indices into p.runs (and into `all`)
+  for (size_t i = 0; i < p.runs.size(); ++i)
+    if (static_cast<int>(i % static_cast<size_t>(share.ranks)) == share.rank) mine.push_back(i);
+  const json all = sweep_status(p);
   json& runs = out.runs;
-  runs = sweep_status(p);
+  runs = json::array();
+  for (size_t i : mine) runs.push_back(all[i]);
   fs::create_directories(p.out);
-  out.sweep_json = (fs::path(p.out) / "sweep.json").string();
-  auto save = [&]() {
-    json s = {{"version", 1}, {"plan", fs::absolute(p.file).string()}, {"out", p.out}, {"updated", now_iso()},
-              {"runs", runs}, {"summary", status_summary(runs)}};
-    write_file_atomic(out.sweep_json, s.dump(2) + "\n");
-  };
+  out.sweep_json = rank_status_file(p, share.rank, share.ranks);
+  auto save = [&]() { write_status(p, out.sweep_json, runs); };
   save();
+  const std::string who = share.ranks > 1 ? fmt::format("rank {}: ", share.rank) : "";
   InterruptGuard guard;
-  for (size_t i = 0; i < p.runs.size(); ++i) {
-    const PlannedRun& r = p.runs[i];
-    json& e = runs[i];
-    const std::string tag = fmt::format("[{}/{}] {}", i + 1, p.runs.size(), r.name);
+  std::map<pid_t, size_t> running;  // pid -> index into mine / runs
+  std::map<size_t, Timer> timers;
+  size_t next = 0;
+  auto start = [&](size_t k) {
+    const PlannedRun& r = p.runs[mine[k]];
+    json& e = runs[k];
+    const std::string tag = fmt::format("{}[{}/{}] {}", who, mine[k] + 1, p.runs.size(), r.name);
     if (e["status"] == "done") {
       if (!quiet) fmt::print(stderr, "{}: done (step {}), skipped\n", tag, r.steps);
-      continue;
+      return;
     }
     RunOnDisk d = inspect_run(r);  // again: an earlier run of this sweep cannot have changed it, but be exact
     const bool resume = d.has_ckpt;
     prepare_run_folder(r);
-    const auto cmd = train_command(r, p, resume);
+    auto cmd = train_command(r, p, resume);
+    if (share.threads > 0 && !has_flag(r.train_args, "--threads"))
+      cmd.insert(cmd.end(), {"--threads", std::to_string(share.threads)});
     const std::string log = (fs::path(r.dir) / "train.log").string();
     e["status"] = "running";
     e["command"] = "hybridlm " + shell_join(cmd);
@@ -371,9 +400,15 @@ SweepOutcome run_sweep(const SweepPlan& p, bool quiet) {
     if (!quiet)
       fmt::print(stderr, "{}: {} ({} steps, {:.3g} tokens; log {})\n", tag,
                  resume ? fmt::format("resuming from step {}", d.step) : std::string("training"), r.steps, r.tokens, log);
-    Timer t;
-    const int code = run_child(exe, cmd, log);
-    e["seconds"] = t.seconds();
+    running[spawn_child(exe, cmd, log)] = k;
+    timers[k] = Timer();
+  };
+  auto finish = [&](size_t k, int code) {
+    const PlannedRun& r = p.runs[mine[k]];
+    json& e = runs[k];
+    const std::string tag = fmt::format("{}[{}/{}] {}", who, mine[k] + 1, p.runs.size(), r.name);
+    const double seconds = timers[k].seconds();
+    e["seconds"] = seconds;
     e["exit_code"] = code;
     e.erase("resume_from_step");
     if (code == 130 || InterruptGuard::requested()) {
@@ -394,22 +429,51 @@ SweepOutcome run_sweep(const SweepPlan& p, bool quiet) {
       }
     } else {
       e["status"] = "failed";
-      e["error"] = last_error(log);
+      e["error"] = last_error(e["log"].get<std::string>());
     }
     if (e["status"] == "failed") ++out.failed;
     save();
-    if (!quiet) {
-      if (e["status"] == "done")
-        fmt::print(stderr, "{}: done in {:.1f}s{}\n", tag, t.seconds(),
-                   e.contains("final_val_loss") ? fmt::format(", val loss {:.4f}", e["final_val_loss"].get<double>()) : "");
-      else if (e["status"] == "failed")
-        fmt::print(stderr, "{}: FAILED (exit {}): {}\n", tag, code, e.value("error", std::string("see the log")));
-      else
-        fmt::print(stderr, "{}: interrupted; run the sweep again to continue\n", tag);
-    }
-    if (out.interrupted) break;
+    if (quiet) return;
+    if (e["status"] == "done")
+      fmt::print(stderr, "{}: done in {:.1f}s{}\n", tag, seconds,
+                 e.contains("final_val_loss") ? fmt::format(", val loss {:.4f}", e["final_val_loss"].get<double>()) : "");
+    else if (e["status"] == "failed")
+      fmt::print(stderr, "{}: FAILED (exit {}): {}\n", tag, code, e.value("error", std::string("see the log")));
+    else
+      fmt::print(stderr, "{}: interrupted; run the sweep again to continue\n", tag);
+  };
+  while (true) {
+    while (!out.interrupted && !InterruptGuard::requested() && static_cast<int>(running.size()) < share.jobs &&
+           next < mine.size())
+      start(next++);
+    if (running.empty()) break;
+    auto [pid, code] = wait_any_child();
+    if (pid < 0) break;
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const size_t k = it->second;
+    running.erase(it);
+    finish(k, code);
   }
+  if (InterruptGuard::requested()) out.interrupted = true;
   return out;
+}
+
+json merge_rank_status(const SweepPlan& p, int ranks) {
+  json merged = sweep_status(p);  // runs no rank reported keep their on-disk status
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::string f = rank_status_file(p, rank, ranks);
+    if (!fs::exists(f)) continue;
+    const json part = read_json_file(f);
+    if (!part.contains("runs") || !part["runs"].is_array())
+      fail("{}: field 'runs' must be an array (a rank's sweep status)", f);
+    size_t k = 0;
+    for (size_t i = static_cast<size_t>(rank); i < p.runs.size() && k < part["runs"].size(); i += ranks, ++k)
+      merged[i] = part["runs"][k];
+  }
+  write_status(p, rank_status_file(p, 0, 1), merged);
+  for (int rank = 0; rank < ranks; ++rank) fs::remove(rank_status_file(p, rank, ranks));
+  return merged;
 }
 
 }  // namespace hlm::study

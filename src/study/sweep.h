@@ -55,14 +55,26 @@ nlohmann::json sweep_status(const SweepPlan& p);
 // {"done": n, "pending": m, ...} of a runs array.
 nlohmann::json status_summary(const nlohmann::json& runs);
 
-// Trains what is not done, one run at a time, keeping <out>/sweep.json up to date; progress lines on
-// stderr unless quiet. Ctrl-C is forwarded to the training, which saves; the sweep then stops.
+// How a sweep process shares the plan's runs: `jobs` trainings at once, each with `threads` OpenMP threads
+// (0: train's own default), and under an MPI launcher rank `rank` of `ranks` takes the runs whose index i
+// has i % ranks == rank (each training a single process of its own).
+struct SweepShare {
+  int jobs = 1, threads = 0, rank = 0, ranks = 1;
+};
+
+// Trains this process's share of what is not done, keeping its status file up to date (<out>/sweep.json;
+// with ranks > 1 <out>/sweep.rank-R.json, holding this rank's runs only, until merge_rank_status). Progress
+// lines on stderr unless quiet. Ctrl-C is forwarded to the trainings, which save; nothing new starts.
 struct SweepOutcome {
-  nlohmann::json runs;  // as in sweep.json
+  nlohmann::json runs;  // as in sweep.json (this process's runs)
   std::string sweep_json;
   bool interrupted = false;
   int failed = 0;
 };
-SweepOutcome run_sweep(const SweepPlan& p, bool quiet);
+SweepOutcome run_sweep(const SweepPlan& p, bool quiet, const SweepShare& share = {});
+
+// After every rank's run_sweep (one process calls it): <out>/sweep.json from the ranks' status files, which
+// are then removed; returns the merged runs.
+nlohmann::json merge_rank_status(const SweepPlan& p, int ranks);
 
 }  // namespace hlm::study

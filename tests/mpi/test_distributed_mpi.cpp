@@ -336,3 +336,40 @@ TEST(Distributed, SigUsr1ToMpirunSavesAndStopsEveryRank) {
   EXPECT_TRUE(fs::exists(run.out() / "latest")) << run.err();
   EXPECT_NE(run.err().find("interrupted at step"), std::string::npos) << run.err();
 }
+
+// `mpirun -np 2 hybridlm sweep PLAN`: rank r trains runs r, r+2, ... each as a single process of its own (the
+// launcher's variables are not passed on, so a child is not a rank), and rank 0 merges the ranks' status
+// into one sweep.json.
+TEST(Distributed, SweepSharesItsRunsAcrossRanks) {
+  SKIP_WITHOUT_MPI();
+  const fs::path out = tmp_root() / "sweep";
+  const nlohmann::json plan = {
+      {"out", out.string()}, {"data", (tmp_root() / "corpus").string()}, {"tokenizer", "byte"},
+      {"archs", {"swa128", {{"name", "nope8"}, {"preset", "swa128-nope"}, {"set", {"window=8"}}}}},
+      {"sizes", {{{"name", "s1"}, {"set", {"d_model=32", "n_layers=2", "n_heads=2", "n_kv_heads=2", "head_dim=16",
+                                           "d_ff=64", "max_seq_len=64"}}}}},
+      {"budgets", {2, 3}},
+      {"train", {{"batch", 2}, {"seq_len", 32}, {"lr", 0.003}, {"eval_every", 1}, {"eval_batches", 1}, {"quiet", true}}}};
+  const fs::path plan_file = tmp_root() / "sweep_plan.json";
+  std::ofstream(plan_file) << plan.dump(2);
+  const fs::path err = tmp_root() / "sweep_stderr.txt";
+  const std::string cmd = mpirun(2) + HLM_BINARY + " sweep " + plan_file.string() + " >/dev/null 2>" + err.string();
+  const int st = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(err);
+  const auto sweep = nlohmann::json::parse(slurp(out / "sweep.json"));
+  ASSERT_EQ(sweep["runs"].size(), 4u);
+  for (int rank = 0; rank < 2; ++rank) EXPECT_FALSE(fs::exists(out / ("sweep.rank-" + std::to_string(rank) + ".json")));
+  const std::string log = slurp(err);
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& e = sweep["runs"][i];
+    const std::string name = e["name"];
+    EXPECT_EQ(e["status"], "done") << e.dump();
+    // Trained once, by the rank that owns it, on one process with this rank's one CPU.
+    EXPECT_EQ(losses(out / name).size(), static_cast<size_t>(e["steps"].get<long>())) << name;
+    EXPECT_NE(log.find("rank " + std::to_string(i % 2) + ": [" + std::to_string(i + 1) + "/4] " + name + ": done"),
+              std::string::npos) << log;
+    const auto run = nlohmann::json::parse(slurp(out / name / "run.json"));
+    EXPECT_EQ(run["train"]["world_size"], 1) << name;
+    EXPECT_NE(e["command"].get<std::string>().find("--threads "), std::string::npos) << e.dump();
+  }
+}
