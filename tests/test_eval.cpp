@@ -7,6 +7,8 @@
 #include "data/byte_tokenizer.h"
 #include "eval/niah.h"
 #include "eval/ruler.h"
+#include "model/config.h"
+#include "model/model.h"
 
 using namespace hlm;
 
@@ -35,7 +37,9 @@ TEST(Niah, CasesHaveTheExactLengthAndTheValueSpanAndAreSeeded) {
       // Depth: deeper needles sit later; at a long length the position is about d of the way through.
       EXPECT_GT(a.value_begin, prev);
       prev = a.value_begin;
-      if (L == 2048) EXPECT_NEAR(static_cast<double>(a.value_begin) / L, d, 0.12) << d;
+      if (L == 2048) {
+        EXPECT_NEAR(static_cast<double>(a.value_begin) / L, d, 0.12) << d;
+      }
     }
   }
   Rng r(1);
@@ -60,8 +64,9 @@ TEST(Ruler, EveryTaskHasTheExactLengthAndIsDeterministic) {
       EXPECT_EQ(s1.references, s2.references) << t;
       ASSERT_FALSE(s1.references.empty()) << t;
       const std::string text = tok.decode(s1.prompt);
-      if (t.rfind("niah", 0) == 0 || t == "vt" || t == "qa")
+      if (t.rfind("niah", 0) == 0 || t == "vt" || t == "qa") {
         for (auto& ref : s1.references) EXPECT_NE(text.find(ref), std::string::npos) << t << ": " << ref;
+      }
     }
 }
 
@@ -160,4 +165,35 @@ TEST(Plot, BarChartDrawsABarPerFiniteValue) {
   EXPECT_EQ(count("stroke=\"#222\""), 2u);  // whiskers: swa/none 0.8..1.0, gdn/efficient 0.2..0.3
   EXPECT_NE(svg.find(">efficient<"), std::string::npos);
   EXPECT_THROW(hlm::write_bar_chart(b, "bars.png"), hlm::Error);
+}
+
+// A length too short for a task's fixed text fails the run, or with skip_too_short is scored null and listed,
+// and each length's average is over the tasks that fit there.
+TEST(Ruler, TooShortCellsFailOrAreSkippedAndLeftOutOfTheAverage) {
+  data::ByteTokenizer tok;
+  Haystack noise(tok);
+  nlohmann::json j = {{"d_model", 16}, {"n_layers", 1}, {"n_heads", 2}, {"n_kv_heads", 2}, {"head_dim", 8},
+                      {"d_ff", 32}, {"vocab_size", tok.vocab_size()}, {"max_seq_len", 2048}, {"pattern", "F"}};
+  Model model(ModelConfig::from_json(j, "test"));
+  model.init(1);
+  RulerConfig c;
+  c.tasks = {"niah_single_1", "vt"};
+  c.lengths = {40, 1200};  // 40 bytes hold neither task's instructions; 1200 hold both
+  c.samples = 1;
+  c.progress = false;
+  EXPECT_THROW(run_ruler(model, tok, noise, nullptr, nullptr, c), RulerTooShort);
+  c.skip_too_short = true;
+  const nlohmann::json r = run_ruler(model, tok, noise, nullptr, nullptr, c);
+  ASSERT_EQ(r["skipped"].size(), 2u);
+  for (auto& sk : r["skipped"]) {
+    EXPECT_EQ(sk["length"], 40);
+    EXPECT_NE(sk["reason"].get<std::string>().find("too short"), std::string::npos);
+  }
+  EXPECT_TRUE(r["average"][0].is_null());
+  for (const char* t : {"niah_single_1", "vt"}) {
+    EXPECT_TRUE(r["tasks"][t][0].is_null()) << t;
+    EXPECT_TRUE(r["tasks"][t][1].is_number()) << t;
+  }
+  const double mean = (r["tasks"]["niah_single_1"][1].get<double>() + r["tasks"]["vt"][1].get<double>()) / 2;
+  EXPECT_DOUBLE_EQ(r["average"][1].get<double>(), mean);
 }

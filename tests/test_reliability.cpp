@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/memory_estimate.h"
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 #include "train/run_lock.h"
 
 namespace fs = std::filesystem;
@@ -327,4 +328,26 @@ TEST(Reliability, RunFoldersAreOwnedAndCheckpointsSurviveAFullDisk) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(hlm::testing::slurp(out / "latest"), "step_00000001\n");
   EXPECT_FALSE(fs::exists(out / "checkpoints" / "step_00000002"));
+}
+
+// Every reader lists a run's checkpoints the same way: complete ones only (not the .tmp / .old folders of a
+// killed write, not stray files), in step order also past 8 digits, where names stop sorting by step.
+TEST(Reliability, CheckpointListingSkipsUnfinishedWritesAndSortsBySteps) {
+  namespace fs = std::filesystem;
+  hlm::testing::ScratchDir d("hlm_list_ckpt_");
+  const fs::path run = d.path / "run";
+  EXPECT_TRUE(hlm::run_folder::list_checkpoints(run).empty());
+  for (const char* n : {"step_00000150", "step_00000300.tmp", "step_00000020.old", "step_123456789", "step_00000003",
+                        "notes"})
+    fs::create_directories(hlm::run_folder::checkpoints(run) / n);
+  std::ofstream(hlm::run_folder::checkpoints(run) / "step_00000999") << "a file, not a checkpoint";
+  std::vector<long> steps;
+  for (auto& [step, dir] : hlm::run_folder::list_checkpoints(run)) {
+    steps.push_back(step);
+    EXPECT_EQ(dir.filename().string().substr(0, 5), "step_");
+  }
+  EXPECT_EQ(steps, (std::vector<long>{3, 150, 123456789}));
+  EXPECT_EQ(hlm::run_folder::step_name(150), "step_00000150");
+  EXPECT_EQ(hlm::run_folder::parse_step_name("step_00000150"), 150);
+  EXPECT_EQ(hlm::run_folder::parse_step_name("step_00000150.tmp"), -1);
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "study/plan.h"
+#include "study/recall_sweep.h"
 #include "study/verdict.h"
 
 using namespace hlm;
@@ -231,4 +232,20 @@ TEST(StudyVerdict, Scaling) {
   const VerdictResult r = verdict_scaling(in, rule, nullptr);
   EXPECT_EQ(r.verdict, Verdict::kInconclusive);
   EXPECT_NE(r.reason.find("did not give"), std::string::npos) << r.reason;
+}
+
+// recall's policy: the lr with the best mean over seeds; an lr with any diverged seed is out; ties keep the first.
+TEST(RecallSweep, BestLearningRateIsTheBestMeanOverSeedsWithoutDivergence) {
+  using hlm::study::RecallTrial;
+  const std::vector<RecallTrial> trials = {
+      {1e-3, 1, 0.50}, {1e-3, 2, 0.70},         // mean 0.60
+      {3e-3, 1, 0.90}, {3e-3, 2, 0.0, true},    // best single run, but a seed diverged: out
+      {1e-2, 1, 0.75}, {1e-2, 2, 0.50},         // mean 0.625: the best
+      {3e-2, 1, 0.625}, {3e-2, 2, 0.625}};      // mean 0.625 too (exact in binary): a tie keeps 1e-2
+  const auto best = hlm::study::best_learning_rate(trials);
+  ASSERT_TRUE(best.found);
+  EXPECT_EQ(best.lr, 1e-2);
+  EXPECT_EQ(best.accuracy, 0.625);
+  EXPECT_FALSE(hlm::study::best_learning_rate({{1e-3, 1, 0.5, true}}).found);
+  EXPECT_FALSE(hlm::study::best_learning_rate({}).found);
 }

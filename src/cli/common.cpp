@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "model/memory_estimate.h"
+#include "train/run_folder.h"
 
 namespace hlm::cli {
 
@@ -130,7 +131,7 @@ nlohmann::json read_run_config(const std::string& dir) {
   namespace fs = std::filesystem;
   fs::path p(dir);
   for (int up = 0; up < 3 && !p.empty(); ++up) {
-    if (fs::exists(p / "run.json")) return parse_run_json((p / "run.json").string());
+    if (fs::exists(run_folder::run_json(p))) return parse_run_json(run_folder::run_json(p).string());
     p = p.parent_path();
   }
   return nlohmann::json::object();

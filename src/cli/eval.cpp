@@ -188,8 +188,16 @@ struct RulerOpts {
   std::vector<std::string> lengths, tasks;
   int samples = 8, threads = 0;
   std::uint64_t seed = 42;
-  bool json = false;
+  bool json = false, skip_too_short = false;
 };
+
+// A series of the non-null points of `v` (a RULER cell too short for its task is null).
+Series ruler_series(const std::string& label, const std::vector<i64>& lengths, const nlohmann::json& v) {
+  Series s{label, {}, {}, false};
+  for (size_t i = 0; i < lengths.size(); ++i)
+    if (!v[i].is_null()) s.x.push_back(static_cast<double>(lengths[i])), s.y.push_back(v[i].get<double>());
+  return s;
+}
 
 int run_ruler_cmd(const RulerOpts& o) {
   apply_threads(o.threads);
@@ -206,13 +214,13 @@ int run_ruler_cmd(const RulerOpts& o) {
   c.samples = o.samples;
   c.seed = o.seed;
   c.progress = !o.json;
+  c.skip_too_short = o.skip_too_short;
   nlohmann::json r = run_ruler(*lm.model, *rd.tok, noise, &corpus, qa.empty() ? nullptr : &qa, c);
   r["checkpoint"] = lm.ckpt_dir;
   if (!o.plot.empty()) {
     LinePlot p{"RULER score by length", "context length (tokens)", "score (0-100)", true, false, {}};
-    std::vector<double> xs(c.lengths.begin(), c.lengths.end());
-    for (auto& [task, v] : r["tasks"].items()) p.series.push_back({task, xs, v.get<std::vector<double>>(), false});
-    p.series.push_back({"average", xs, r["average"].get<std::vector<double>>(), false});
+    for (auto& [task, v] : r["tasks"].items()) p.series.push_back(ruler_series(task, c.lengths, v));
+    p.series.push_back(ruler_series("average", c.lengths, r["average"]));
     write_line_plot(p, o.plot);
   }
   if (o.json) {
@@ -223,12 +231,14 @@ int run_ruler_cmd(const RulerOpts& o) {
     fmt::print("\n");
     for (auto& [task, v] : r["tasks"].items()) {
       fmt::print("{:<18}", task);
-      for (auto& x : v) fmt::print("{:>9.1f}", x.get<double>());
+      for (auto& x : v) x.is_null() ? fmt::print("{:>9}", "-") : fmt::print("{:>9.1f}", x.get<double>());
       fmt::print("\n");
     }
     fmt::print("{:<18}", "average");
-    for (auto& x : r["average"]) fmt::print("{:>9.1f}", x.get<double>());
+    for (auto& x : r["average"]) x.is_null() ? fmt::print("{:>9}", "-") : fmt::print("{:>9.1f}", x.get<double>());
     fmt::print("\n");
+    for (auto& s : r.value("skipped", nlohmann::json::array()))
+      fmt::print("skipped (-): {}\n", s["reason"].get<std::string>());
   }
   return 0;
 }
@@ -335,6 +345,8 @@ Command register_eval(CLI::App& app) {
       ->delimiter(',');
   ru->add_option("--samples", ruler->samples, "samples per task and length")->capture_default_str()
       ->check(in_range(1, 1 << 20));
+  ru->add_flag("--skip-too-short", ruler->skip_too_short,
+               "score a task null at a length its fixed text does not fit (listed under skipped) instead of failing");
   ru->add_option("--qa-file", ruler->qa_file, "JSONL of {question, answers, documents} for the qa task");
   ru->add_option("--seed", ruler->seed, "generator seed")->capture_default_str()
       ->check(seed_range());

@@ -10,6 +10,7 @@
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 
 namespace hlm::cli {
 
@@ -43,7 +44,7 @@ Command register_import(CLI::App& app) {
                                   {"architecture", imp.architecture}};
             if (!tok.spec.empty()) run["tokenizer"] = tok.spec;
             save_checkpoint(o->out, 0, model, nullptr, {{"step", 0}, {"imported_from", run["imported_from"]}});
-            write_file_atomic((fs::path(o->out) / "run.json").string(), run.dump(2) + "\n");
+            write_file_atomic(run_folder::run_json(o->out).string(), run.dump(2) + "\n");
             if (o->json) {
               print_json({{"out", o->out}, {"architecture", imp.architecture}, {"pattern", imp.config.pattern},
                           {"params", model.num_params()}, {"tokenizer", tok.spec}, {"tokenizer_note", tok.reason},

@@ -10,6 +10,7 @@
 #include "eval/plot.h"
 #include "eval/ppl.h"
 #include "eval/probes.h"
+#include "train/run_folder.h"
 
 namespace hlm::cli {
 
@@ -140,13 +141,8 @@ int run_rh(const RhOpts& o) {
   apply_threads(o.threads);
   std::vector<std::string> ckpts;
   if (!o.over.empty()) {
-    const fs::path dir = fs::path(o.over) / "checkpoints";
-    if (!fs::exists(dir)) fail("--over-checkpoints {}: no checkpoints folder", o.over);
-    for (auto& e : fs::directory_iterator(dir)) {
-      const std::string n = e.path().filename().string();
-      if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos) ckpts.push_back(e.path().string());
-    }
-    std::sort(ckpts.begin(), ckpts.end());
+    if (!fs::exists(run_folder::checkpoints(o.over))) fail("--over-checkpoints {}: no checkpoints folder", o.over);
+    for (auto& [step, dir] : run_folder::list_checkpoints(o.over)) ckpts.push_back(dir.string());
     if (ckpts.empty()) fail("--over-checkpoints {}: no checkpoints", o.over);
   } else {
     if (o.ckpt.empty()) fail("probe retrieval-heads needs --ckpt or --over-checkpoints");

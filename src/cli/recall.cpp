@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "eval/plot.h"
 #include "eval/recall.h"
+#include "study/recall_sweep.h"
 #include "train/checkpoint.h"
 
 namespace hlm::cli {
@@ -126,73 +127,47 @@ Command register_recall(CLI::App& app) {
                                      task.vocab_size);
             plot.xlabel = "training step";
             plot.ylabel = "recall accuracy";
-            // Every (model, lr, seed); per model the lr whose final accuracy, averaged over the seeds, is highest
-            // (zoology reports MQAR as the best over a learning-rate sweep). An lr with a diverged seed is out.
+            // Every (model, lr, seed), and per model the best lr: the policy of study/recall_sweep.h.
             const bool many = o->lrs.size() > 1 || o->seeds.size() > 1;
-            for (const ModelConfig& cfg : cfgs) {
-              const std::string pat = cfg.layer_pattern();
-              double best_acc = -1, best_lr = 0;
-              for (double lr : o->lrs) {
-                double sum = 0;
-                bool any_diverged = false;
-                for (std::uint64_t seed : o->seeds) {
-                  const std::string label = many ? fmt::format("{} lr {:g} seed {}", pat, lr, seed) : pat;
-                  Model model(cfg);
-                  model.init(seed);
-                  if (!o->json)
-                    fmt::print(stderr, "recall: {} ({} params), {} pairs in {} tokens, vocab {}, {} steps of {} rows\n",
-                               label, model.num_params(), task.num_kv_pairs, task.seq_len, task.vocab_size,
-                               o->r.steps, o->r.batch);
-                  RecallOptions ro = o->r;
-                  ro.lr = lr;
-                  RecallResult res;
-                  std::string diverged;
-                  try {
-                    res = train_recall(model, ro, [&](const RecallPoint& p) {
-                      if (!o->json)
-                        fmt::print("{} step {:6d}  accuracy {:.3f}  ({:.1f} s)\n", label, p.step, p.accuracy,
-                                   p.seconds);
-                      std::fflush(stdout);
-                    });
-                  } catch (const Error& e) {
-                    // A learning rate too high for the model (non-finite loss): recorded, and the sweep goes on.
-                    diverged = e.what();
-                    any_diverged = true;
-                  }
-                  nlohmann::json run = res.to_json();
-                  if (!diverged.empty()) run["error"] = diverged;
-                  run["pattern"] = pat;
-                  run["lr"] = lr;
-                  run["seed"] = seed;
-                  run["model"] = cfg.to_json();
-                  j["runs"].push_back(run);
-                  Series sr;
-                  sr.label = label;
-                  for (const auto& p : res.curve) {
-                    sr.x.push_back(static_cast<double>(p.step));
-                    sr.y.push_back(p.accuracy);
-                  }
-                  if (!sr.x.empty()) plot.series.push_back(sr);
-                  if (!o->json && !diverged.empty()) fmt::print("{}: stopped: {}\n", label, diverged);
-                  else if (!o->json)
-                    fmt::print("{}: accuracy {:.3f} after {} steps ({:.1f} s training; chance {:.3f})\n", label,
-                               res.accuracy, o->r.steps, res.seconds, chance);
-                  sum += res.accuracy;
-                }
-                const double mean = sum / static_cast<double>(o->seeds.size());
-                if (!any_diverged && mean > best_acc) best_acc = mean, best_lr = lr;
-              }
-              if (best_acc < 0) {
-                j["best"].push_back({{"pattern", pat}, {"lr", nullptr}, {"accuracy", nullptr},
-                                     {"error", "every learning rate diverged"}});
-                if (!o->json) fmt::print("{}: every learning rate diverged\n", pat);
+            const nlohmann::json swept = study::run_recall_sweep(cfgs, o->lrs, o->seeds, o->r, [&](const study::RecallEvent& e) {
+              if (o->json) return;
+              if (e.point) {
+                fmt::print("{} step {:6d}  accuracy {:.3f}  ({:.1f} s)\n", e.label, e.point->step, e.point->accuracy,
+                           e.point->seconds);
+                std::fflush(stdout);
+              } else if (!e.result) {
+                fmt::print(stderr, "recall: {} ({} params), {} pairs in {} tokens, vocab {}, {} steps of {} rows\n",
+                           e.label, e.model->num_params(), task.num_kv_pairs, task.seq_len, task.vocab_size,
+                           o->r.steps, o->r.batch);
+              } else if (!e.error->empty()) {
+                fmt::print("{}: stopped: {}\n", e.label, *e.error);
               } else {
-                j["best"].push_back({{"pattern", pat}, {"lr", best_lr}, {"accuracy", best_acc}});
-                if (!o->json && many)
-                  fmt::print("{}: best lr {:g}, accuracy {:.3f} (mean over {} seed(s))\n", pat, best_lr, best_acc,
-                             o->seeds.size());
+                fmt::print("{}: accuracy {:.3f} after {} steps ({:.1f} s training; chance {:.3f})\n", e.label,
+                           e.result->accuracy, o->r.steps, e.result->seconds, chance);
               }
+            });
+            j["runs"] = swept["runs"];
+            j["best"] = swept["best"];
+            for (const auto& run : j["runs"]) {
+              Series sr;
+              sr.label = many ? fmt::format("{} lr {:g} seed {}", run["pattern"].get<std::string>(),
+                                            run["lr"].get<double>(), run["seed"].get<std::uint64_t>())
+                              : run["pattern"].get<std::string>();
+              for (const auto& p : run["curve"]) {
+                sr.x.push_back(p["step"].get<double>());
+                sr.y.push_back(p["accuracy"].get<double>());
+              }
+              if (!sr.x.empty()) plot.series.push_back(sr);
             }
+            if (!o->json)
+              for (const auto& b : j["best"]) {
+                const std::string pat = b["pattern"];
+                if (b["lr"].is_null())
+                  fmt::print("{}: every learning rate diverged\n", pat);
+                else if (many)
+                  fmt::print("{}: best lr {:g}, accuracy {:.3f} (mean over {} seed(s))\n", pat, b["lr"].get<double>(),
+                             b["accuracy"].get<double>(), o->seeds.size());
+              }
             if (!o->out.empty()) write_file_atomic(o->out, j.dump(2) + "\n");
             if (!o->plot.empty()) {
               Series c;

@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "eval/longppl.h"
 #include "eval/niah.h"
+#include "train/run_folder.h"
 
 namespace hlm::cli {
 
@@ -274,7 +275,7 @@ Command register_train(CLI::App& app) {
             if (!o->out.empty() && dist::is_root()) {
               if (clear_old_run) clear_run(o->out);
               fs::create_directories(o->out);
-              write_file_atomic((fs::path(o->out) / "config.json").string(), cfg.to_json().dump(2) + "\n");
+              write_file_atomic(run_folder::config(o->out).string(), cfg.to_json().dump(2) + "\n");
               run["data"] = portable_spec(data_spec);
               run["dataset_dir"] = ds.dir;
               run["tokenizer"] = ds.tokenizer_spec;
@@ -285,7 +286,7 @@ Command register_train(CLI::App& app) {
                               {"warmup", t.schedule.warmup}, {"decay_fraction", t.schedule.decay_fraction},
                               {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.adamw.grad_clip},
                               {"seed", t.seed}};
-              write_file_atomic((fs::path(o->out) / "run.json").string(), run.dump(2) + "\n");
+              write_file_atomic(run_folder::run_json(o->out).string(), run.dump(2) + "\n");
             }
             auto tok = data::load_tokenizer(ds.tokenizer_spec);
             std::unique_ptr<Haystack> mix_hay;

@@ -31,7 +31,8 @@ Tokens assemble(i64 length, const Tokens& prefix, std::vector<Tokens> inserts, s
   for (auto& t : inserts) fixed += static_cast<i64>(t.size());
   const i64 budget = length - fixed;
   if (budget < 0)
-    fail("ruler {}: length {} is too short for this task ({} tokens needed without haystack)", task, length, fixed);
+    throw RulerTooShort(fmt::format("ruler {}: length {} is too short for this task ({} tokens needed without haystack)",
+                                    task, length, fixed));
   Tokens filler = hay.take(budget, rng);
   std::vector<size_t> order(inserts.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -159,7 +160,7 @@ RulerSample words_task(const std::string& task, i64 length, const data::Tokenize
                                              "Answer: According to the coded text above, the three most frequently "
                                              "appeared words are:");
   const i64 budget = length - static_cast<i64>(prefix.size() + suffix.size());
-  if (budget < 32) fail("ruler {}: length {} is too short", task, length);
+  if (budget < 32) throw RulerTooShort(fmt::format("ruler {}: length {} is too short", task, length));
   // Estimate tokens per word item from a sample, then size the vocabulary so the list fills the budget.
   std::vector<std::string> words;
   std::vector<int> counts;
@@ -229,7 +230,8 @@ RulerSample qa_task(i64 length, const data::Tokenizer& tok, const std::vector<Qa
     enc.push_back(tok.encode(d));
     used += static_cast<i64>(enc.back().size()) + 8;
   }
-  if (used > budget) fail("ruler qa: length {} is too short for the gold documents ({} tokens)", length, used);
+  if (used > budget)
+    throw RulerTooShort(fmt::format("ruler qa: length {} is too short for the gold documents ({} tokens)", length, used));
   for (int tries = 0; tries < 4 * static_cast<int>(qa.size()) && used < budget; ++tries) {
     const QaItem& other = qa[rng.below(qa.size())];
     if (&other == &item || other.documents.empty()) continue;
@@ -331,17 +333,28 @@ std::vector<QaItem> load_qa_file(const std::string& path) {
 
 nlohmann::json run_ruler(Model& model, const data::Tokenizer& tok, const Haystack& noise, const Haystack* corpus,
                          const std::vector<QaItem>* qa, const RulerConfig& c) {
-  nlohmann::json tasks = nlohmann::json::object(), examples = nlohmann::json::array();
+  nlohmann::json tasks = nlohmann::json::object(), examples = nlohmann::json::array(), skipped = nlohmann::json::array();
   std::vector<double> avg(c.lengths.size(), 0.0);
+  std::vector<int> fitted(c.lengths.size(), 0);  // tasks scored at each length
   const size_t total = c.tasks.size() * c.lengths.size() * static_cast<size_t>(c.samples);
   size_t done = 0;
   for (const auto& task : c.tasks) {
-    std::vector<double> per_len;
+    nlohmann::json per_len = nlohmann::json::array();
     for (size_t li = 0; li < c.lengths.size(); ++li) {
       Rng rng(c.seed + 1000003ULL * li + std::hash<std::string>{}(task));
       double sum = 0;
-      for (int s = 0; s < c.samples; ++s) {
-        RulerSample smp = make_ruler_sample(task, c.lengths[li], tok, noise, corpus, qa, rng);
+      bool fits = true;
+      for (int s = 0; s < c.samples && fits; ++s) {
+        RulerSample smp;
+        try {
+          smp = make_ruler_sample(task, c.lengths[li], tok, noise, corpus, qa, rng);
+        } catch (const RulerTooShort& e) {
+          if (!c.skip_too_short) throw;
+          skipped.push_back({{"task", task}, {"length", c.lengths[li]}, {"reason", e.what()}});
+          done += static_cast<size_t>(c.samples - s);
+          fits = false;
+          break;
+        }
         std::string pred = complete(model, tok, smp.prompt, smp.max_new_tokens);
         double score = smp.metric == "part" ? string_match_part(pred, smp.references) : string_match_all(pred, smp.references);
         sum += score;
@@ -351,13 +364,24 @@ nlohmann::json run_ruler(Model& model, const data::Tokenizer& tok, const Haystac
         if (c.progress)
           fmt::print(stderr, "\r\033[Kruler: {}/{} | {} @ {} | score {:.1f}", done, total, task, c.lengths[li], score);
       }
+      if (!fits) {
+        per_len.push_back(nullptr);
+        continue;
+      }
       per_len.push_back(sum / c.samples);
-      avg[li] += per_len.back() / static_cast<double>(c.tasks.size());
+      avg[li] += sum / c.samples;
+      ++fitted[li];
     }
     tasks[task] = per_len;
   }
   if (c.progress) fmt::print(stderr, "\n");
-  return {{"lengths", c.lengths}, {"tasks", tasks}, {"average", avg}, {"samples", c.samples}, {"examples", examples}};
+  nlohmann::json average = nlohmann::json::array();
+  for (size_t li = 0; li < c.lengths.size(); ++li)
+    average.push_back(fitted[li] ? nlohmann::json(avg[li] / fitted[li]) : nlohmann::json(nullptr));
+  nlohmann::json out = {{"lengths", c.lengths}, {"tasks", tasks}, {"average", average}, {"samples", c.samples},
+                        {"examples", examples}};
+  if (c.skip_too_short) out["skipped"] = skipped;
+  return out;
 }
 
 }  // namespace hlm

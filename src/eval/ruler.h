@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/haystack.h"
+#include "core/error.h"
 #include "model/model.h"
 
 namespace hlm {
@@ -47,8 +48,17 @@ struct RulerConfig {
   int samples = 8;
   std::uint64_t seed = 42;
   bool progress = true;
+  // A (task, length) whose fixed text alone does not fit the length (with this tokenizer): scored null and
+  // listed under "skipped" instead of failing the run; the length's average is over the tasks that fit.
+  bool skip_too_short = false;
 };
-// {"lengths", "tasks": {task: [score per length]}, "average": [per length], "samples"}
+// A length too short for a task's fixed text (prompt, needles, question) with this tokenizer.
+class RulerTooShort : public Error {
+ public:
+  using Error::Error;
+};
+// {"lengths", "tasks": {task: [score per length]}, "average": [per length], "samples", "examples"} and with
+// skip_too_short "skipped": [{task, length, reason}] (a skipped cell is null; an average over no task null).
 nlohmann::json run_ruler(Model& model, const data::Tokenizer& tok, const Haystack& noise, const Haystack* corpus,
                          const std::vector<QaItem>* qa, const RulerConfig& c);
 

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/config.h"
+#include "train/run_folder.h"
 
 namespace hlm::scaling {
 
@@ -488,7 +489,7 @@ RunData read_run(const std::string& dir, const std::string& metric) {
   r.dir = dir;
   r.name = fs::path(dir).lexically_normal().filename().string();
   if (r.name.empty()) r.name = fs::path(dir).lexically_normal().parent_path().filename().string();
-  const fs::path cfg_path = d / "config.json";
+  const fs::path cfg_path = run_folder::config(d);
   r.config = read_json_file(cfg_path, " (not a run folder written by `hybridlm train --out`?)");
   if (!r.config.is_object()) fail("{}: must be a JSON object (the model config)", cfg_path.string());
   const ModelConfig cfg = parse_config(r.config, cfg_path.string());
@@ -499,7 +500,7 @@ RunData read_run(const std::string& dir, const std::string& metric) {
       break;
     }
 
-  const fs::path mp = d / "metrics.jsonl";
+  const fs::path mp = run_folder::metrics(d);
   if (!fs::exists(mp)) fail("{}: missing (the run has not logged any evaluation yet)", mp.string());
   std::ifstream f(mp);
   if (!f) fail("{}: cannot open", mp.string());

@@ -212,10 +212,12 @@ std::string report_nope(const json& all, const json& f, const std::string& dir, 
       for (auto& l : s["lengths"]) by_len[l["length"].get<long>()].push_back(num(l["niah"]));
       score.push_back(num(s["score"]));
       loss.push_back(num(s["val_loss"]));
-      if (s["ruler"].is_array() && !s["ruler"].empty()) {
+      if (s["ruler"].is_array()) {
         double r = 0;
-        for (auto& x : s["ruler"]) r += x.get<double>();
-        ruler.push_back(r / static_cast<double>(s["ruler"].size()));
+        int n = 0;  // lengths where some task fits (a null average: none did)
+        for (auto& x : s["ruler"])
+          if (!x.is_null()) r += x.get<double>(), ++n;
+        if (n > 0) ruler.push_back(r / n);
       }
     }
     std::string lens;
@@ -229,6 +231,9 @@ std::string report_nope(const json& all, const json& f, const std::string& dir, 
                       fmt_values(score, 3), fmt_values(loss, 4));
     if (!se.x.empty()) p.series.push_back(se);
   }
+  for (auto& why : data.value("ruler_skipped", json::array()))
+    md += fmt::format("{}- RULER cell left out (too short for its task with this tokenizer): {}\n",
+                      md.ends_with("|\n") ? "\n" : "", why.get<std::string>());
   if (!p.series.empty()) {
     write_line_plot(p, (fs::path(dir) / "nope-vs-rope.svg").string());
     figs->push_back("nope-vs-rope.svg");

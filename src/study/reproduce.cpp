@@ -23,6 +23,7 @@
 #include "study/task_graph.h"
 #include "study/verdict.h"
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 
 namespace hlm::study {
 
@@ -40,15 +41,9 @@ struct StudyRun {
 
 // The checkpoint folder of a run at `step` (names as train writes them: checkpoints/step_<digits>).
 std::string checkpoint_at(const std::string& run_dir, long step) {
-  const fs::path dir = fs::path(run_dir) / "checkpoints";
-  if (fs::exists(dir))
-    for (auto& e : fs::directory_iterator(dir)) {
-      const std::string n = e.path().filename().string();
-      if (e.is_directory() && n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos &&
-          std::stol(n.substr(5)) == step)
-        return e.path().string();
-    }
-  fail("{}: no checkpoint at step {}", dir.string(), step);
+  for (auto& [s, dir] : run_folder::list_checkpoints(run_dir))
+    if (s == step) return dir.string();
+  fail("{}: no checkpoint at step {}", run_folder::checkpoints(run_dir).string(), step);
 }
 
 int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -72,7 +67,7 @@ struct Study {
       if (r.hybrid == hybrid && r.seed == seed) return r;
     fail("internal: no run {} seed {}", hybrid, seed);
   }
-  std::string evals_dir(const StudyRun& r) const { return (fs::path(r.planned.dir) / "evals").string(); }
+  std::string evals_dir(const StudyRun& r) const { return run_folder::evals(r.planned.dir).string(); }
 };
 
 void add_run(Study& s, const HybridSpec& h, int seed, bool evaluator) {
@@ -119,7 +114,7 @@ void add_train_tasks(Study& s) {
     t.label = "train " + r->name;
     t.is_run = true;
     t.weight = 3.0 * r->tokens;  // forward + backward ~ 3 forwards
-    t.log = (fs::path(r->dir) / "train.log").string();
+    t.log = run_folder::train_log(r->dir).string();
     t.done = [r] {
       const RunOnDisk d = inspect_run(*r);
       return d.has_ckpt && d.step == r->steps;
@@ -232,8 +227,10 @@ void add_eval_tasks(Study& s) {
             const std::string rl = comma_list(f.options.value("ruler_lengths", f.options.at("lengths")), "x");
             add_eval(s, "eval ruler " + r.planned.name, ev + "/ruler.json", {r.task},
                      3.0 * f.options["ruler_tasks"].size() * b.niah_samples * L * mult * 4, [=, &b] {
+                       // A task whose fixed text does not fit a length (with the run's tokenizer) is scored there
+                       // by the tasks that fit; the report lists what was skipped.
                        return with_threads({"eval", "ruler", "--ckpt", dir, "--lengths", rl, "--tasks", tasks,
-                                            "--samples", std::to_string(b.niah_samples)},
+                                            "--samples", std::to_string(b.niah_samples), "--skip-too-short"},
                                            T);
                      });
           }
@@ -404,6 +401,7 @@ json collect_laziness(const Study& s, const FindingSpec& f) {
 json collect_nope(const Study& s, const FindingSpec& f) {
   std::vector<NopeSeed> seeds;
   json by_length = json::object();
+  std::set<std::string> ruler_skipped;  // RULER cells too short for their task (the same for every run)
   for (int seed = 1; seed <= s.seeds; ++seed) {
     NopeSeed ns;
     for (size_t k = 0; k < 2; ++k) {
@@ -426,11 +424,14 @@ json collect_nope(const Study& s, const FindingSpec& f) {
           ++n;
         }
         score = sum / n;
-        if (ruler.is_object() && !ruler["average"].empty()) {
-          double rs = 0;
-          for (auto& x : ruler["average"]) rs += x.get<double>() / 100.0;
-          score = 0.5 * (score + rs / static_cast<double>(ruler["average"].size()));
-        }
+        double rs = 0;
+        int rn = 0;  // lengths at which some RULER task fits
+        if (ruler.is_object())
+          for (auto& x : ruler["average"])
+            if (!x.is_null()) rs += x.get<double>() / 100.0, ++rn;
+        if (rn > 0) score = 0.5 * (score + rs / rn);
+        if (ruler.is_object())
+          for (auto& sk : ruler.value("skipped", json::array())) ruler_skipped.insert(sk["reason"].get<std::string>());
       }
       loss = final_val_loss(r);
       (k == 0 ? ns.rope_score : ns.nope_score) = score;
@@ -445,7 +446,8 @@ json collect_nope(const Study& s, const FindingSpec& f) {
   json details = json::object();
   VerdictResult v = verdict_nope(seeds, f.rule, &details);
   return {{"verdict", verdict_name(v.verdict)}, {"reason", v.reason}, {"details", details},
-          {"data", {{"rope", f.hybrids[0]}, {"nope", f.hybrids[1]}, {"per_seed", by_length}}}};
+          {"data", {{"rope", f.hybrids[0]}, {"nope", f.hybrids[1]}, {"per_seed", by_length},
+                    {"ruler_skipped", ruler_skipped}}}};
 }
 
 json collect(const Study& s, const GraphOutcome& g, double wall_total) {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "eval/scaling.h"
 #include "study/json_file.h"
+#include "train/run_folder.h"
 
 namespace hlm::study {
 
@@ -39,7 +40,7 @@ json sweep_entry(const fs::path& run_dir) {
   return json::object();
 }
 
-bool is_run_dir(const fs::path& p) { return fs::exists(p / "metrics.jsonl") || fs::exists(p / "config.json"); }
+bool is_run_dir(const fs::path& p) { return fs::exists(run_folder::metrics(p)) || fs::exists(run_folder::config(p)); }
 
 struct Group {
   std::string name;

@@ -20,6 +20,7 @@
 #include "study/json_file.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "train/run_folder.h"
 
 namespace hlm::study {
 
@@ -267,7 +268,7 @@ SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_
 RunOnDisk inspect_run(const PlannedRun& r) {
   RunOnDisk d;
   d.exists = fs::exists(r.dir);
-  if (!d.exists || !fs::exists(fs::path(r.dir) / "latest")) return d;
+  if (!d.exists || !fs::exists(run_folder::latest(r.dir))) return d;
   const std::string ckpt = resolve_checkpoint(r.dir);
   json st = load_trainer_state(ckpt);
   if (!st.contains("step") || !st["step"].is_number_integer())
@@ -275,7 +276,7 @@ RunOnDisk inspect_run(const PlannedRun& r) {
   d.has_ckpt = true;
   d.step = st["step"].get<long>();
   // The folder must hold the planned model (vocab_size follows the tokenizer, so it is not compared).
-  const fs::path cp = fs::path(r.dir) / "config.json";
+  const fs::path cp = run_folder::config(r.dir);
   if (fs::exists(cp)) {
     json have = read_json_file(cp.string());
     json want = r.model_config;
@@ -307,8 +308,8 @@ std::vector<std::string> train_command(const PlannedRun& r, const SweepPlan& p, 
 
 void prepare_run_folder(const PlannedRun& r) {
   const RunOnDisk d = inspect_run(r);
-  if (d.exists && !d.has_ckpt && fs::exists(fs::path(r.dir) / "metrics.jsonl")) {
-    fs::path old = fs::path(r.dir) / "metrics.jsonl";
+  if (d.exists && !d.has_ckpt && fs::exists(run_folder::metrics(r.dir))) {
+    fs::path old = run_folder::metrics(r.dir);
     fs::path aside = fs::path(r.dir) / fmt::format("metrics.jsonl.stale-{}", std::time(nullptr));
     fs::rename(old, aside);
   }
@@ -391,7 +392,7 @@ SweepOutcome run_sweep(const SweepPlan& p, bool quiet, const SweepShare& share) 
     auto cmd = train_command(r, p, resume);
     if (share.threads > 0 && !has_flag(r.train_args, "--threads"))
       cmd.insert(cmd.end(), {"--threads", std::to_string(share.threads)});
-    const std::string log = (fs::path(r.dir) / "train.log").string();
+    const std::string log = run_folder::train_log(r.dir).string();
     e["status"] = "running";
     e["command"] = "hybridlm " + shell_join(cmd);
     e["log"] = log;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
+#include "train/run_folder.h"
 
 namespace hlm {
 
@@ -25,23 +26,12 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-std::string step_name(long step) { return fmt::format("step_{:08d}", step); }
-
-// The step of a checkpoint folder name "step_<digits>", or -1 for any other name.
-long parse_step_name(const std::string& name) {
-  if (name.size() < 6 || name.size() > 24 || name.rfind("step_", 0) != 0) return -1;
-  long step = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    step = step * 10 + (name[i] - '0');
-    if (step > (1L << 50)) return -1;
-  }
-  return step;
-}
+using run_folder::parse_step_name;
+using run_folder::step_name;
 
 // The checkpoint name `latest` holds ("" when there is no latest file).
 std::string latest_name(const fs::path& run_dir) {
-  const fs::path lp = run_dir / "latest";
+  const fs::path lp = run_folder::latest(run_dir);
   if (!fs::exists(lp)) return "";
   std::string name = read_text_file(lp.string(), "'latest' file", 4096);
   name.erase(std::remove_if(name.begin(), name.end(), [](unsigned char c) { return std::isspace(c); }), name.end());
@@ -54,7 +44,7 @@ std::string latest_name(const fs::path& run_dir) {
 
 std::string save_checkpoint(const std::string& run_dir, long step, const Model& model, const AdamW* opt,
                             const nlohmann::json& trainer_state) {
-  const fs::path ckdir = fs::path(run_dir) / "checkpoints";
+  const fs::path ckdir = run_folder::checkpoints(run_dir);
   fs::create_directories(ckdir);
   const fs::path final_dir = ckdir / step_name(step);
   const fs::path tmp_dir = ckdir / (step_name(step) + ".tmp");
@@ -66,7 +56,7 @@ std::string save_checkpoint(const std::string& run_dir, long step, const Model& 
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
   for (const auto& p : reg.all()) w.add_f32(p.name, p.shape, m.params() + p.offset);
-  w.write((tmp_dir / "model.safetensors").string());
+  w.write(run_folder::model_weights(tmp_dir).string());
   if (opt) {
     SafeTensorsWriter o;
     o.set_metadata("step", std::to_string(opt->steps()));
@@ -76,10 +66,10 @@ std::string save_checkpoint(const std::string& run_dir, long step, const Model& 
       o.add_f32("exp_avg." + p.name, p.shape, mm.data() + p.offset);
       o.add_f32("exp_avg_sq." + p.name, p.shape, vv.data() + p.offset);
     }
-    o.write((tmp_dir / "optimizer.safetensors").string());
+    o.write(run_folder::optimizer_state(tmp_dir).string());
   }
-  write_file_atomic((tmp_dir / "config.json").string(), model.config().to_json().dump(2) + "\n");
-  write_file_atomic((tmp_dir / "trainer_state.json").string(), trainer_state.dump(2) + "\n");
+  write_file_atomic(run_folder::model_config(tmp_dir).string(), model.config().to_json().dump(2) + "\n");
+  write_file_atomic(run_folder::trainer_state(tmp_dir).string(), trainer_state.dump(2) + "\n");
   fsync_dir(tmp_dir.string());
   // Every file is written and synced: only now does the folder take its final name. A folder of the same step
   // (a resumed run that saves its last step again) is moved aside first and removed once the new one is in place.
@@ -88,13 +78,13 @@ std::string save_checkpoint(const std::string& run_dir, long step, const Model& 
   if (fs::exists(final_dir)) fs::rename(final_dir, old_dir);
   fs::rename(tmp_dir, final_dir);
   fsync_dir(ckdir.string());
-  write_file_atomic((fs::path(run_dir) / "latest").string(), step_name(step) + "\n");
+  write_file_atomic(run_folder::latest(run_dir).string(), step_name(step) + "\n");
   fs::remove_all(old_dir);
   return final_dir.string();
 }
 
 void prune_checkpoints(const std::string& run_dir, int keep) {
-  const fs::path ckdir = fs::path(run_dir) / "checkpoints";
+  const fs::path ckdir = run_folder::checkpoints(run_dir);
   if (!fs::exists(ckdir)) return;
   // The newest by step number (names stop sorting by step past 8 digits), and never the one `latest` names,
   // whatever its number; folders of unfinished writes (.tmp, .old) are left-overs of a killed run.
@@ -126,8 +116,8 @@ std::string resolve_checkpoint(const std::string& path) {
   if (!fs::exists(p)) fail("{}: no such checkpoint or run folder", path);
   if (!fs::is_directory(p)) fail("{}: not a folder (expected a run folder or a checkpoint folder)", path);
   if (fs::exists(p / "model.safetensors")) return p.string();
-  if (fs::exists(p / "latest")) {
-    const fs::path c = p / "checkpoints" / latest_name(p);
+  if (fs::exists(run_folder::latest(p))) {
+    const fs::path c = run_folder::checkpoints(p) / latest_name(p);
     if (!fs::exists(c / "model.safetensors")) fail("{}: 'latest' names {} which has no model.safetensors", path, c.string());
     return c.string();
   }
@@ -135,7 +125,7 @@ std::string resolve_checkpoint(const std::string& path) {
 }
 
 ModelConfig load_checkpoint_config(const std::string& ckpt_dir) {
-  const std::string path = (fs::path(ckpt_dir) / "config.json").string();
+  const std::string path = run_folder::model_config(ckpt_dir).string();
   return ModelConfig::from_json(read_json(path), path);
 }
 
@@ -168,7 +158,7 @@ void load_optimizer(const std::string& ckpt_dir, AdamW& opt) {
 }
 
 nlohmann::json load_trainer_state(const std::string& ckpt_dir) {
-  const std::string path = (fs::path(ckpt_dir) / "trainer_state.json").string();
+  const std::string path = run_folder::trainer_state(ckpt_dir).string();
   nlohmann::json st = read_json(path);
   if (!st.is_object()) fail("{}: expected a JSON object", path);
   if (!st.contains("step") || !st["step"].is_number_integer() || st["step"].get<long>() < 0)

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "train/run_folder.h"
 
 namespace hlm {
 
@@ -16,7 +17,7 @@ namespace fs = std::filesystem;
 
 RunLock::RunLock(const std::string& run_dir) {
   fs::create_directories(run_dir);
-  const std::string path = (fs::path(run_dir) / "lock").string();
+  const std::string path = run_folder::lock(run_dir).string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("{}: cannot open the run's lock file ({})", path, std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -43,15 +44,15 @@ RunLock::~RunLock() {
 }
 
 bool holds_run(const std::string& run_dir) {
-  const fs::path d(run_dir);
-  for (const char* f : {"latest", "run.json", "metrics.jsonl", "checkpoints"})
-    if (fs::exists(d / f)) return true;
+  for (const fs::path& f : {run_folder::latest(run_dir), run_folder::run_json(run_dir), run_folder::metrics(run_dir),
+                            run_folder::checkpoints(run_dir)})
+    if (fs::exists(f)) return true;
   return false;
 }
 
 void clear_run(const std::string& run_dir) {
   const fs::path d(run_dir);
-  for (const char* f : {"latest", "run.json", "config.json", "metrics.jsonl", "checkpoints"}) fs::remove_all(d / f);
+  for (const fs::path& f : run_folder::run_files(d)) fs::remove_all(f);
 }
 
 }  // namespace hlm

@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/distributed.h"
+#include "train/run_folder.h"
 
 namespace hlm {
 
@@ -87,7 +88,7 @@ nlohmann::json Trainer::trainer_state(long step) const {
 
 void Trainer::log_metrics(const nlohmann::json& row) {
   if (cfg_.out_dir.empty() || !writer_) return;  // under MPI rank 0 alone writes
-  append_file((std::filesystem::path(cfg_.out_dir) / "metrics.jsonl").string(), row.dump() + "\n");
+  append_file(run_folder::metrics(cfg_.out_dir).string(), row.dump() + "\n");
 }
 
 double Trainer::evaluate() {
