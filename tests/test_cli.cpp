@@ -181,11 +181,19 @@ TEST(Cli, RecallTrainsAndWritesItsCurves) {
   const std::string chart((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
   EXPECT_NE(chart.find("<svg"), std::string::npos);
   EXPECT_NE(chart.find("SM"), std::string::npos);
+}
+
+TEST(Cli, RecallRefusesBadTaskAndModelFlags) {
   expect_error(run("recall --kv-pairs 40"), "seq_len");
   expect_error(run("recall --pattern SQ"), "unknown layer letter 'Q'");
   expect_error(run("recall --pattern SL,,SM"), "empty pattern");
   expect_error(run("recall --lr 0.001,0"), "--lr");
-  // A diverging learning rate is recorded and the sweep goes on.
+  expect_error(run("recall --preset gdn --pattern SG"), "--set pattern");
+  expect_error(run("recall --pattern SM --set layer_types.S.a_init_range=[1,2]"), "a_init_range");
+}
+
+// A diverging learning rate is recorded and the sweep goes on; when every one diverges, the report says so.
+TEST(Cli, RecallRecordsADivergingLearningRateAndGoesOn) {
   Result d = run("recall --pattern SL --lr 1000,0.003 --steps 6 --eval-every 0 --eval-rows 16 --json");
   ASSERT_EQ(d.code, 0) << d.err;
   const nlohmann::json dj = nlohmann::json::parse(d.out);
@@ -196,6 +204,4 @@ TEST(Cli, RecallTrainsAndWritesItsCurves) {
   Result all = run("recall --pattern SL --lr 1000 --steps 6 --eval-every 0 --eval-rows 16 --json");
   ASSERT_EQ(all.code, 0) << all.err;
   EXPECT_NE(all.out.find("every learning rate diverged"), std::string::npos) << all.out;
-  expect_error(run("recall --preset gdn --pattern SG"), "--set pattern");
-  expect_error(run("recall --pattern SM --set layer_types.S.a_init_range=[1,2]"), "a_init_range");
 }
