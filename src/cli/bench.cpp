@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/machine.h"
 #include "core/rng.h"
 #include "core/simd_target.h"
 #include "core/timer.h"
@@ -99,7 +100,8 @@ Command register_bench(CLI::App& app) {
                                 {"threads", omp_get_max_threads()}, {"mpi", dist::backend()},
                                 {"ranks", world}, {"allreduce_ms", comm_ms[comm_ms.size() / 2]},
                                 {"gradient_mb", model.param_floats() * 4.0 / (1 << 20)},
-                                {"simd", simd_target()}, {"simd_available", simd_targets_available()}};
+                                {"simd", simd_target()}, {"simd_available", simd_targets_available()},
+                                {"cpu", cpu_model_name()}};
             if (!dist::is_root()) return 0;
             if (o->json) print_json(r);
             else fmt::print("{}\n", r.dump(2));

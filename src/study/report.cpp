@@ -273,24 +273,27 @@ std::string write_report(const json& all, const std::string& dir) {
       "\n## How this was made\n\n"
       "- Budget `{}`: {} steps of {} x {} tokens ({:.3g} tokens per run), checkpoint and evaluation every {} steps, "
       "{} seed{} per hybrid; data `{}`, tokenizer `{}`; model size `{}`; train flags `{}`.\n"
-      "- SWA windows: {}\n"
-      "- LongPPL key tokens are picked by one shared evaluator model for every run: preset `{}`, {} steps on the "
-      "same data.\n",
+      "- SWA windows: {}\n",
       budget.value("name", std::string()), budget.value("steps", 0L), budget.value("batch", 0L), budget.value("seq_len", 0L),
       tokens, budget.value("eval_every", 0L), all.value("seeds", 0), all.value("seeds", 0) == 1 ? "" : "s",
       budget.value("data", std::string()), budget.value("tokenizer", std::string()),
       budget.value("set", json::array()).dump(), budget.value("train", json::array()).dump(),
-      plan.value("window_mapping", std::string()),
-      all.value("evaluator", json::object()).is_object() ? all["evaluator"].value("preset", std::string("-")) : "-",
-      all.value("evaluator", json::object()).is_object() ? all["evaluator"].value("steps", 0L) : 0L);
+      plan.value("window_mapping", std::string()));
+  if (const json ev = all.value("evaluator", json()); ev.is_object())  // only studies with finding a have one
+    md += fmt::format("- LongPPL key tokens are picked by one shared evaluator model for every run: preset `{}`, {} "
+                      "steps on the same data.\n", ev.value("preset", std::string("-")), ev.value("steps", 0L));
   if (proxy.value("mix_niah", 0.0) > 0)
     md += fmt::format("- **Miniature proxy.** {:.0f}% of the training rows are NIAH rows (prompt + answer, {} haystack, "
                       "{}-digit values) mixed into the text: {}\n",
                       100 * proxy.value("mix_niah", 0.0), proxy.value("mix_haystack", std::string()),
                       proxy.value("niah_digits", 0), proxy.value("note", std::string()));
-  md += fmt::format("- Wall time: {} over all sittings, on a machine with {} cores ({} job{} at a time x {} thread{}); "
+  md += fmt::format("- Wall time: {} over all sittings, on a machine with {} cores{} ({} job{} at a time x {} thread{}); "
                     "{} tasks, {} failed, {} skipped.\n",
-                    format_duration(run.value("wall_seconds", 0.0)), run.value("cores", 0), run.value("jobs", 0),
+                    format_duration(run.value("wall_seconds", 0.0)), run.value("cores", 0),
+                    run.contains("cpu") ? fmt::format(" ({}, SIMD kernels {})", run.value("cpu", std::string()),
+                                                      run.value("simd", std::string()))
+                                        : std::string(),
+                    run.value("jobs", 0),
                     run.value("jobs", 0) == 1 ? "" : "s", run.value("threads_per_job", 0),
                     run.value("threads_per_job", 0) == 1 ? "" : "s", run.value("tasks", 0), run.value("tasks_failed", 0),
                     run.value("tasks_skipped", 0));

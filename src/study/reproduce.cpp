@@ -14,6 +14,8 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/machine.h"
+#include "core/simd_target.h"
 #include "eval/scaling.h"
 #include "model/config.h"
 #include "study/child_process.h"
@@ -488,7 +490,8 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
                                     : json()},
           {"hybrids", hybrids},
           {"run", {{"finished", now_iso()}, {"wall_seconds", wall_total}, {"jobs", s.jobs},
-                   {"threads_per_job", s.threads}, {"cores", cores()}, {"tasks", s.tasks.size()},
+                   {"threads_per_job", s.threads}, {"cores", cores()}, {"cpu", cpu_model_name()},
+                   {"simd", simd_target()}, {"tasks", s.tasks.size()},
                    {"tasks_failed", g.failed}, {"tasks_skipped", g.skipped}, {"errors", g.errors}}},
           {"findings", findings}};
 }
