@@ -25,7 +25,7 @@ Command register_bench(CLI::App& app) {
     i64 batch = 8, seq_len = 1024;
     int steps = 5, warmup = 2, threads = 0;
     double max_memory = 0;
-    bool json = false;
+    bool json = false, recompute = false;
     double bucket_mb = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -42,6 +42,7 @@ Command register_bench(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "untimed warm-up steps")->capture_default_str()
       ->check(in_range(0, 1 << 20));
   sub->add_flag("--json", o->json, "print a JSON result on stdout");
+  sub->add_flag("--recompute", o->recompute, "activation recomputation per block (as train --recompute)");
   add_threads_flag(sub, &o->threads);
   add_max_memory_flag(sub, &o->max_memory);
   return {sub, [o]() -> int {
@@ -57,9 +58,11 @@ Command register_bench(CLI::App& app) {
             mem.training = true;
             mem.batch = o->batch;
             mem.seq_len = o->seq_len;
+            mem.recompute = o->recompute;
             check_memory("bench", cfg, mem, o->max_memory);
             Model model(cfg);
             model.init(1);
+            model.set_recompute(o->recompute);
             AdamW opt(model.registry(), AdamWConfig{});
             const i64 N = o->batch * o->seq_len;
             std::vector<int32_t> in(static_cast<size_t>(N)), tg(static_cast<size_t>(N));
@@ -97,6 +100,7 @@ Command register_bench(CLI::App& app) {
                                 {"step_ms_min", ms.front()}, {"step_ms_max", ms.back()},
                                 {"train_tokens_per_s", tps}, {"train_flops_per_token", f.train_per_token},
                                 {"train_gflops", tps * f.train_per_token / 1e9}, {"peak_rss_mb", peak_rss_mb()},
+                                {"recompute", o->recompute}, {"arena_mb", model.arena_bytes() / 1048576.0},
                                 {"threads", omp_get_max_threads()}, {"mpi", dist::backend()},
                                 {"ranks", world}, {"allreduce_ms", comm_ms[comm_ms.size() / 2]},
                                 {"gradient_mb", model.param_floats() * 4.0 / (1 << 20)},

@@ -83,7 +83,7 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryUse& use) {
   if (use.training) e.optimizer = 2 * params * 4;
   if (use.batch > 0 && use.seq_len > 0)
     e.activations =
-        4.0 * static_cast<double>(training_arena_floats(shape_cfg, mixers, use.batch, use.seq_len, &repeats));
+        4.0 * static_cast<double>(training_arena_floats(shape_cfg, mixers, use.batch, use.seq_len, &repeats, use.recompute));
   if (use.decode_rows > 0) {
     const double rows = static_cast<double>(use.decode_rows), ctx = static_cast<double>(use.decode_context);
     for (i64 l = 0; l < P; ++l) {

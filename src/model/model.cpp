@@ -65,21 +65,34 @@ void Model::init(std::uint64_t seed) {
 void Model::zero_grad() { std::fill(store_.grad.begin(), store_.grad.end(), 0.f); }
 
 i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_ptr<Mixer>>& mixers, i64 B, i64 T,
-                          const std::vector<i64>* repeats) {
+                          const std::vector<i64>* repeats, bool recompute) {
   const i64 N = B * T, D = cfg.d_model, F = cfg.d_ff;
   const i64 pad = 64;
   i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
-  i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + N * F + 2 * pad;
-  i64 scratch = 0;
+  // A block's activations: norm1, mixer output (+ residual), norm2, block output; rstd x2; gate|up; act.
+  const i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + N * F + 2 * pad;
+  i64 scratch = 0, saved_max = 0, layers = 0;
   for (size_t i = 0; i < mixers.size(); ++i) {
     const i64 times = repeats ? (*repeats)[i] : 1;
-    floats += times * (per_layer + mixers[i]->saved_floats(B, T));
-    if (times > 0) scratch = std::max(scratch, mixers[i]->scratch_floats(B, T));
+    if (times <= 0) continue;
+    layers += times;
+    const i64 saved = mixers[i]->saved_floats(B, T);
+    if (!recompute) floats += times * (per_layer + saved);
+    saved_max = std::max(saved_max, saved);
+    scratch = std::max(scratch, mixers[i]->scratch_floats(B, T));
   }
+  // Recompute: the residual entering every block and the last block's output, plus one block at a time.
+  if (recompute) floats += (layers + 1) * (N * D + pad) + per_layer + saved_max;
   floats += 2 * (N * D + pad) + 2 * (N + pad);  // final x, norm, rstd, lse
   // Backward temporaries: d_residual x2, dnorm, da, dgu, + the largest mixer scratch.
   floats += 3 * (N * D + pad) + N * F + N * 2 * F + 2 * pad + scratch;
   return floats;
+}
+
+void Model::set_recompute(bool on) {
+  if (on == recompute_) return;
+  recompute_ = on;
+  plan_B_ = plan_T_ = 0;  // the arena's size depends on it
 }
 
 void Model::plan(i64 B, i64 T, bool allow_longer) {
@@ -87,7 +100,7 @@ void Model::plan(i64 B, i64 T, bool allow_longer) {
     fail("sequence length {} is over the model's limit max_seq_len = {} (raise it with --set max_seq_len=N)", T,
          cfg_.max_seq_len);
   if (B == plan_B_ && T == plan_T_ && arena_.capacity() > 0) return;
-  const i64 floats = training_arena_floats(cfg_, mixers_, B, T);
+  const i64 floats = training_arena_floats(cfg_, mixers_, B, T, nullptr, recompute_);
   // Grow only: evaluation at another shape between training steps must not re-fault the arena.
   if (arena_.capacity() < static_cast<std::size_t>(floats) * sizeof(float))
     arena_.reserve(static_cast<std::size_t>(floats) * sizeof(float));
@@ -106,10 +119,37 @@ void Model::check(const char* what, i64 layer, const float* p, i64 n) const {
     }
 }
 
+float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
+  const i64 N = s.B * s.T, D = cfg_.d_model, F = cfg_.d_ff;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  LayerActs& a = acts_[l];
+  const LayerOffsets& o = lo_[l];
+  a.x = x;
+  a.n1 = arena_.floats(N * D, "norm1");
+  a.rstd1 = arena_.floats(N, "rstd1");
+  ops::rmsnorm_forward(a.x, params() + o.ln1, a.n1, a.rstd1, N, D, eps);
+  a.h = arena_.floats(N * D, "residual mid");
+  mixers_[l]->forward(a.n1, a.h, s, arena_);  // h = mixer(n1)
+  check("mixer output", l, a.h, N * D);
+  for (i64 i = 0; i < N * D; ++i) a.h[i] += a.x[i];
+  a.n2 = arena_.floats(N * D, "norm2");
+  a.rstd2 = arena_.floats(N, "rstd2");
+  ops::rmsnorm_forward(a.h, params() + o.ln2, a.n2, a.rstd2, N, D, eps);
+  a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
+  ops::linear_forward(a.n2, params() + o.w_gate_up, a.gu, N, D, 2 * F);
+  a.a = arena_.floats(N * F, "mlp act");
+  ops::swiglu_forward(a.gu, a.a, N, F);
+  if (!out) out = arena_.floats(N * D, "residual");
+  ops::linear_forward(a.a, params() + o.w_down, out, N, F, D);
+  check("mlp output", l, out, N * D);
+  for (i64 i = 0; i < N * D; ++i) out[i] += a.h[i];
+  return out;
+}
+
 void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T) {
   if (B != plan_B_ || T != plan_T_) plan(B, T, T > cfg_.max_seq_len);
   arena_.reset();
-  const i64 N = B * T, D = cfg_.d_model, F = cfg_.d_ff;
+  const i64 N = B * T, D = cfg_.d_model;
   const float eps = static_cast<float>(cfg_.norm_eps);
   B_ = B;
   T_ = T;
@@ -126,29 +166,18 @@ void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 
   acts_.resize(static_cast<size_t>(cfg_.n_layers));
   float* x = arena_.floats(N * D, "residual");
   ops::embedding_forward(inputs_, params() + off_embed_, x, N, D, cfg_.vocab_size);
-  for (i64 l = 0; l < cfg_.n_layers; ++l) {
-    LayerActs& a = acts_[l];
-    const LayerOffsets& o = lo_[l];
-    a.x = x;
-    a.n1 = arena_.floats(N * D, "norm1");
-    a.rstd1 = arena_.floats(N, "rstd1");
-    ops::rmsnorm_forward(a.x, params() + o.ln1, a.n1, a.rstd1, N, D, eps);
-    a.h = arena_.floats(N * D, "residual mid");
-    mixers_[l]->forward(a.n1, a.h, s, arena_);  // h = mixer(n1)
-    check("mixer output", l, a.h, N * D);
-    for (i64 i = 0; i < N * D; ++i) a.h[i] += a.x[i];
-    a.n2 = arena_.floats(N * D, "norm2");
-    a.rstd2 = arena_.floats(N, "rstd2");
-    ops::rmsnorm_forward(a.h, params() + o.ln2, a.n2, a.rstd2, N, D, eps);
-    a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
-    ops::linear_forward(a.n2, params() + o.w_gate_up, a.gu, N, D, 2 * F);
-    a.a = arena_.floats(N * F, "mlp act");
-    ops::swiglu_forward(a.gu, a.a, N, F);
-    float* xn = arena_.floats(N * D, "residual");
-    ops::linear_forward(a.a, params() + o.w_down, xn, N, F, D);
-    check("mlp output", l, xn, N * D);
-    for (i64 i = 0; i < N * D; ++i) xn[i] += a.h[i];
-    x = xn;
+  if (!recompute_) {
+    for (i64 l = 0; l < cfg_.n_layers; ++l) x = block_forward(l, x, nullptr, s);
+  } else {
+    // Keep the residual stream between blocks; each block's other activations live only until the next block.
+    std::vector<float*> xs{x};
+    for (i64 l = 0; l < cfg_.n_layers; ++l) xs.push_back(arena_.floats(N * D, "residual"));
+    const auto mark = arena_.mark();
+    for (i64 l = 0; l < cfg_.n_layers; ++l) {
+      block_forward(l, xs[l], xs[l + 1], s);
+      arena_.release_to(mark);
+    }
+    x = xs.back();
   }
   x_final_ = x;
   n_final_ = arena_.floats(N * D, "final norm");
@@ -196,6 +225,10 @@ void Model::backward(float grad_scale) {
   ops::rmsnorm_backward(x_final_, params() + off_norm_, rstd_final_, dn, dx, grads() + off_norm_, N, D);
   check("grad final hidden", -1, dx, N * D);
   for (i64 l = cfg_.n_layers - 1; l >= 0; --l) {
+    const auto block_mark = arena_.mark();
+    // Recompute: this block's activations again, from the residual saved at its input (same ops, same
+    // order, so bitwise what the plain forward saved). Its output is not needed.
+    if (recompute_) block_forward(l, acts_[l].x, nullptr, s);
     const LayerActs& a = acts_[l];
     const LayerOffsets& o = lo_[l];
     // out = h + down(swiglu(gate_up(norm2(h))))
@@ -210,6 +243,7 @@ void Model::backward(float grad_scale) {
     ops::rmsnorm_backward(a.x, params() + o.ln1, a.rstd1, dn, dtmp, grads() + o.ln1, N, D);
     for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];
     check("grad residual", l, dx, N * D);
+    arena_.release_to(block_mark);
   }
   ops::embedding_backward(inputs_, dx, grads() + off_embed_, N, D, cfg_.vocab_size);
   arena_.release_to(mark);

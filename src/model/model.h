@@ -32,9 +32,10 @@ struct DecodeState {
 
 // Floats of the activation arena for training batches of [B, T] (forward saves + backward temporaries); the
 // memory estimate (model/memory_estimate.h) uses it before any model is built, with one mixer per pattern
-// position standing for `(*repeats)[i]` layers each.
+// position standing for `(*repeats)[i]` layers each. With `recompute`, forward keeps only each block's input
+// and backward recomputes one block at a time (Model::set_recompute).
 i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_ptr<Mixer>>& mixers, i64 B, i64 T,
-                          const std::vector<i64>* repeats = nullptr);
+                          const std::vector<i64>* repeats = nullptr, bool recompute = false);
 
 class Model {
  public:
@@ -78,12 +79,21 @@ class Model {
 
   // --check-numerics: after each op, stop at the first non-finite tensor and name it.
   void set_check_numerics(bool on) { check_numerics_ = on; }
+  // --recompute: activation recomputation per block (docs/model.md). Forward keeps only the residual stream
+  // entering each block; backward reruns one block's forward from it just before that block's backward.
+  // Activation memory then grows with one block instead of all of them, for one more forward per step;
+  // losses and gradients are bitwise those of the plain path. Takes effect at the next plan().
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
   ModelFlops flops(i64 T) const;
   Mixer& mixer(i64 layer) { return *mixers_[static_cast<size_t>(layer)]; }
   i64 arena_bytes() const { return static_cast<i64>(arena_.capacity()); }
 
  private:
   void forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T);
+  // Block l's forward from x (its input) into out (allocated from the arena when nullptr); fills acts_[l] and
+  // the mixer's saved state. Returns out.
+  float* block_forward(i64 l, float* x, float* out, const SeqInfo& s);
   void check(const char* what, i64 layer, const float* p, i64 n) const;
 
   ModelConfig cfg_;
@@ -98,7 +108,7 @@ class Model {
 
   Arena arena_, infer_arena_;
   i64 plan_B_ = 0, plan_T_ = 0;
-  bool check_numerics_ = false;
+  bool check_numerics_ = false, recompute_ = false;
   // Saved activations of the last forward.
   struct LayerActs {
     float *x, *n1, *rstd1, *h, *n2, *rstd2, *gu, *a;

@@ -55,6 +55,7 @@ Trainer::Trainer(Model& model, TrainConfig cfg, BatchStream& train, BatchStream*
          model.config().max_seq_len);
   if (cfg_.grad_accum < 1) fail("--grad-accum must be >= 1, got {}", cfg_.grad_accum);
   model_.set_check_numerics(cfg_.check_numerics);
+  model_.set_recompute(cfg_.recompute);
   if (val_) {
     val_batches_.resize(static_cast<size_t>(cfg_.eval_batches));
     for (auto& b : val_batches_) val_->next(b);

@@ -45,6 +45,7 @@ struct TrainConfig {
   long log_every = 10;
   std::uint64_t seed = 1234;
   bool check_numerics = false;
+  bool recompute = false;    // activation recomputation per block (less memory, one more forward)
   bool quiet = false;        // no progress line
   std::string out_dir;       // "" = no checkpoints/metrics files
 };
