@@ -205,3 +205,17 @@ TEST(Cli, RecallRecordsADivergingLearningRateAndGoesOn) {
   ASSERT_EQ(all.code, 0) << all.err;
   EXPECT_NE(all.out.find("every learning rate diverged"), std::string::npos) << all.out;
 }
+
+// bench --recompute: the same step in a smaller activation arena, reported in the JSON; the memory estimate
+// follows the flag (a budget the plain step is refused under lets the recomputing step run).
+TEST(Cli, BenchRecomputeUsesLessActivationMemory) {
+  const std::string b = "bench " + tiny_model() + "--batch 2 --seq-len 256 --steps 1 --warmup 0 --set n_layers=6 --json ";
+  Result plain = run(b), rec = run(b + "--recompute");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(rec.code, 0) << rec.err;
+  const auto jp = nlohmann::json::parse(plain.out), jr = nlohmann::json::parse(rec.out);
+  EXPECT_FALSE(jp.at("recompute").get<bool>());
+  EXPECT_TRUE(jr.at("recompute").get<bool>());
+  EXPECT_GT(jr.at("train_tokens_per_s").get<double>(), 0);
+  EXPECT_LT(jr.at("arena_mb").get<double>(), 0.8 * jp.at("arena_mb").get<double>());
+}
