@@ -1,10 +1,60 @@
+// Rotary position embedding (half-split pairs, angles from a table). The rotation is written once with Google
+// Highway and dispatched per SIMD target at run time (docs/performance.md); the table is built in double.
 #include "ops/rope.h"
 
 #include <cmath>
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/simd_target.h"
 
+#include "core/simd_config.h"  // before any Highway header
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/rope.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "ops/simd_math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace hlm::ops::HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin for each head's halves (x1, x2); sign = -1 applies the inverse
+// rotation R(p)^T (the backward). Positions are checked by the caller.
+void rope_rotate_impl(const float* cos_tab, const float* sin_tab, i64 half, float* x, i64 B, i64 T, i64 H,
+                      i64 row_stride, const int32_t* pos, float sign) {
+  const i64 hd = 2 * half;
+  parallel_for(B * T, [&](i64 b, i64 e) {
+    const DF d;
+    const VF sg = hn::Set(d, sign);
+    for (i64 i = b; i < e; ++i) {
+      const i64 p = pos ? pos[i] : i % T;
+      const float* c = cos_tab + p * half;  // [hd/2]
+      const float* s = sin_tab + p * half;  // [hd/2]
+      float* row = x + i * row_stride;
+      for (i64 h = 0; h < H; ++h) {
+        float* x1 = row + h * hd;  // first half  [hd/2]
+        float* x2 = x1 + half;     // second half [hd/2]
+        for_each_vector(d, half, [&](i64 m, size_t n) {
+          const VF a = load_part(d, x1 + m, n), bb = load_part(d, x2 + m, n), cv = load_part(d, c + m, n);
+          const VF sn = hn::Mul(sg, load_part(d, s + m, n));
+          store_part(d, hn::NegMulAdd(bb, sn, hn::Mul(a, cv)), x1 + m, n);
+          store_part(d, hn::MulAdd(a, sn, hn::Mul(bb, cv)), x2 + m, n);
+        });
+      }
+    }
+  }, 16);
+}
+
+}  // namespace hlm::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace hlm::ops {
 
 RopeTable::RopeTable(i64 max_pos_, i64 head_dim_, double theta) { fill(0, max_pos_, head_dim_, theta); }
@@ -29,9 +79,10 @@ void RopeTable::fill(i64 first_pos, i64 n, i64 head_dim_, double theta) {
   }
 }
 
+HWY_EXPORT(rope_rotate_impl);
+
 namespace {
 
-// sign = +1: forward rotation R(p); sign = -1: inverse R(p)^T (the backward).
 void rope_apply(const char* op, const RopeTable& tab, float* x, i64 B, i64 T, i64 H, i64 row_stride,
                 const int32_t* pos, float sign) {
   const i64 hd = tab.head_dim, half = hd / 2;
@@ -45,24 +96,8 @@ void rope_apply(const char* op, const RopeTable& tab, float* x, i64 B, i64 T, i6
     HLM_CHECK(T <= tab.max_pos, "{}: T={} exceeds table max_pos={} (x[{}, {}, {}, {}])", op, T, tab.max_pos, B, T,
               H, hd);
   }
-  parallel_for(B * T, [&](i64 b, i64 e) {
-    for (i64 i = b; i < e; ++i) {
-      const i64 p = pos ? pos[i] : i % T;
-      const float* c = tab.cos.data() + p * half;  // [hd/2]
-      const float* s = tab.sin.data() + p * half;  // [hd/2]
-      float* row = x + i * row_stride;
-      for (i64 h = 0; h < H; ++h) {
-        float* x1 = row + h * hd;  // first half  [hd/2]
-        float* x2 = x1 + half;     // second half [hd/2]
-#pragma omp simd
-        for (i64 m = 0; m < half; ++m) {
-          const float a = x1[m], bb = x2[m], sn = sign * s[m];
-          x1[m] = a * c[m] - bb * sn;
-          x2[m] = bb * c[m] + a * sn;
-        }
-      }
-    }
-  }, 16);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(rope_rotate_impl)(tab.cos.data(), tab.sin.data(), half, x, B, T, H, row_stride, pos, sign);
 }
 
 }  // namespace
@@ -76,3 +111,4 @@ void rope_backward(const RopeTable& tab, float* dx, i64 B, i64 T, i64 H, i64 row
 }
 
 }  // namespace hlm::ops
+#endif  // HWY_ONCE

@@ -1,5 +1,6 @@
-// exp and exp2 on Highway vectors, for the kernels compiled per SIMD target (docs/performance.md). Included
-// from inside a foreach_target translation unit, so it has a per-target include guard instead of #pragma once.
+// exp and exp2 on Highway vectors, and row loops with a partial tail, for the kernels compiled per SIMD target
+// (docs/performance.md). Included from inside a foreach_target translation unit, so it has a per-target include
+// guard instead of #pragma once.
 // Both reduce to 2^n * e^r with |r| <= ln2/2 and a degree-7 Taylor polynomial (truncation < 1e-8 relative):
 // the same formulas as the scalar ops/fast_exp.h, about 2 ulp.
 #if defined(HLM_OPS_SIMD_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -10,6 +11,9 @@
 #endif
 
 #include <hwy/highway.h>
+
+#include <cstddef>
+#include <cstdint>
 
 HWY_BEFORE_NAMESPACE();
 namespace hlm::ops::HWY_NAMESPACE {
@@ -54,6 +58,34 @@ HWY_INLINE V exp(D d, V x) {
   V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), xc);
   r = hn::NegMulAdd(n, hn::Set(d, 1.42860682030941723212e-6f), r);
   return hn::IfThenZeroElse(hn::Lt(x, lo), hn::Mul(exp_reduced(d, r), pow2i(d, n)));
+}
+
+// ---- loops over a row of n floats in whole vectors and one partial tail ---------------------------------------
+// The elementwise kernels (SwiGLU, RMSNorm, RoPE) are written once as body(i, count): `count` lanes from index i,
+// count == Lanes(d) except in the tail, where loads zero the missing lanes and stores leave them untouched.
+template <class D>
+HWY_INLINE hn::Vec<D> load_part(D d, const float* p, size_t count) {
+  return count == hn::Lanes(d) ? hn::LoadU(d, p) : hn::MaskedLoad(hn::FirstN(d, count), d, p);
+}
+
+template <class D>
+HWY_INLINE void store_part(D d, hn::Vec<D> v, float* p, size_t count) {
+  if (count == hn::Lanes(d)) hn::StoreU(v, d, p);
+  else hn::BlendedStore(v, hn::FirstN(d, count), d, p);
+}
+
+template <class D, class Body>
+HWY_INLINE void for_each_vector(D d, int64_t n, const Body& body) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + L <= n; i += L) body(i, static_cast<size_t>(L));
+  if (i < n) body(i, static_cast<size_t>(n - i));
+}
+
+// sum over lanes as a float.
+template <class D>
+HWY_INLINE float sum_lanes(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
 }
 
 }  // namespace hlm::ops::HWY_NAMESPACE

@@ -1,47 +1,93 @@
+// SwiGLU h = silu(gate) * up, written once with Google Highway and dispatched per SIMD target at run time
+// (docs/performance.md), like the attention kernels.
 #include "ops/swiglu.h"
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/fast_exp.h"
+#include "core/simd_target.h"
 
-namespace hlm::ops {
+#include "core/simd_config.h"  // before any Highway header
 
-void swiglu_forward(const float* gu, float* h, i64 N, i64 F) {
-  HLM_CHECK(N >= 0 && F > 0, "swiglu_forward: bad shape gu[{}, {}] h[{}, {}]", N, 2 * F, N, F);
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/swiglu.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "ops/simd_math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace hlm::ops::HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// sigmoid(g) = 1 / (1 + e^-g); exp() returns 0 / saturates at the extremes, so this stays finite.
+HWY_INLINE VF sigmoid(DF d, VF g) {
+  const VF one = hn::Set(d, 1.f);
+  return hn::Div(one, hn::Add(one, exp(d, hn::Neg(g))));
+}
+
+}  // namespace
+
+void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
     for (i64 n = b; n < e; ++n) {
       const float* g = gu + n * 2 * F;  // [F] gate
       const float* u = g + F;           // [F] up
       float* hr = h + n * F;            // [F]
-#pragma omp simd
-      for (i64 f = 0; f < F; ++f) {
-        // sigmoid(g) = 1 / (1 + exp(-g)); fast_exp returns 0 / saturates at the extremes, so this stays finite.
-        const float s = 1.f / (1.f + fast_exp(-g[f]));
-        hr[f] = g[f] * s * u[f];
-      }
+      for_each_vector(d, F, [&](i64 f, size_t c) {
+        const VF gv = load_part(d, g + f, c);
+        store_part(d, hn::Mul(hn::Mul(gv, sigmoid(d, gv)), load_part(d, u + f, c)), hr + f, c);
+      });
     }
   }, 16);
+}
+
+void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, i64 N, i64 F) {
+  parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
+    const VF one = hn::Set(d, 1.f);
+    for (i64 n = b; n < e; ++n) {
+      const float* g = gu + n * 2 * F;
+      const float* u = g + F;
+      const float* dr = dh + n * F;
+      float* dg = dgu + n * 2 * F;  // [F] d gate
+      float* du = dg + F;           // [F] d up
+      for_each_vector(d, F, [&](i64 f, size_t c) {
+        const VF gv = load_part(d, g + f, c), uv = load_part(d, u + f, c), dv = load_part(d, dr + f, c);
+        const VF s = sigmoid(d, gv);
+        // d silu / dg = s * (1 + g * (1 - s))
+        const VF dsilu = hn::Mul(s, hn::MulAdd(gv, hn::Sub(one, s), one));
+        store_part(d, hn::Mul(hn::Mul(dv, uv), dsilu), dg + f, c);
+        store_part(d, hn::Mul(dv, hn::Mul(gv, s)), du + f, c);
+      });
+    }
+  }, 16);
+}
+
+}  // namespace hlm::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace hlm::ops {
+
+HWY_EXPORT(swiglu_forward_impl);
+HWY_EXPORT(swiglu_backward_impl);
+
+void swiglu_forward(const float* gu, float* h, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0, "swiglu_forward: bad shape gu[{}, {}] h[{}, {}]", N, 2 * F, N, F);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(swiglu_forward_impl)(gu, h, N, F);
 }
 
 void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F) {
   HLM_CHECK(N >= 0 && F > 0, "swiglu_backward: bad shape gu[{}, {}] dh[{}, {}]", N, 2 * F, N, F);
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) {
-      const float* g = gu + n * 2 * F;
-      const float* u = g + F;
-      const float* d = dh + n * F;
-      float* dg = dgu + n * 2 * F;  // [F] d gate
-      float* du = dg + F;           // [F] d up
-#pragma omp simd
-      for (i64 f = 0; f < F; ++f) {
-        const float s = 1.f / (1.f + fast_exp(-g[f]));
-        const float silu = g[f] * s;
-        // d silu / dg = s * (1 + g * (1 - s))
-        dg[f] = d[f] * u[f] * s * (1.f + g[f] * (1.f - s));
-        du[f] = d[f] * silu;
-      }
-    }
-  }, 16);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(swiglu_backward_impl)(gu, dh, dgu, N, F);
 }
 
 }  // namespace hlm::ops
+#endif  // HWY_ONCE
