@@ -28,12 +28,14 @@ Command register_reproduce(CLI::App& app) {
             for (auto& id : o->only)
               if (!std::set<std::string>{"a", "b", "c", "d"}.count(id))
                 fail("--only {}: unknown finding (the findings are a, b, c, d)", id);
-            // Its tasks depend on each other (evaluations need trainings, LongPPL the evaluator): one process
-            // schedules them. A cluster runs a plan's trainings with `mpirun ... hybridlm sweep` or a Slurm array.
-            if (dist::world_size() > 1)
-              fail("reproduce runs as one process (--jobs N runs its tasks in parallel), not under an MPI launcher "
-                   "({} ranks); for runs across ranks use `mpirun -np N hybridlm sweep PLAN` (docs/distributed.md)",
-                   dist::world_size());
+            // Under mpirun each rank runs the tasks of its share of the runs (docs/distributed.md); the children
+            // are single processes with this rank's CPUs.
+            o->rank = dist::rank();
+            o->ranks = dist::world_size();
+            if (o->ranks > 1) {
+              o->cores = dist::default_threads();
+              o->barrier = [] { dist::barrier(); };
+            }
             o->quiet = false;
             study::ReproduceOutcome r = study::run_reproduce(*o, train_option_kind());
             if (*json_out)

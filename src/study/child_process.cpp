@@ -137,21 +137,42 @@ pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args, 
   return pid;
 }
 
+namespace {
+
+// Forgets child w and decodes its wait status: {pid, exit code}, 128 + signal when killed.
+std::pair<pid_t, int> reaped(pid_t w, int status) {
+  g_running.erase(w);
+  g_forwarded.erase(w);
+  if (WIFEXITED(status)) return {w, WEXITSTATUS(status)};
+  if (WIFSIGNALED(status)) return {w, 128 + WTERMSIG(status)};
+  return {w, 1};
+}
+
+}  // namespace
+
 std::pair<pid_t, int> wait_any_child() {
   if (g_running.empty()) return {-1, 0};
   int status = 0;
   while (true) {
     const pid_t w = ::waitpid(-1, &status, 0);
-    if (w > 0 && g_running.count(w)) {
-      g_running.erase(w);
-      g_forwarded.erase(w);
-      if (WIFEXITED(status)) return {w, WEXITSTATUS(status)};
-      if (WIFSIGNALED(status)) return {w, 128 + WTERMSIG(status)};
-      return {w, 1};
-    }
+    if (w > 0 && g_running.count(w)) return reaped(w, status);
     if (w < 0 && errno != EINTR) fail("waitpid failed ({})", std::strerror(errno));
     forward_if_interrupted();
   }
+}
+
+std::pair<pid_t, int> wait_any_child_for(double seconds) {
+  if (g_running.empty()) return {-1, 0};
+  const int polls = std::max(1, static_cast<int>(seconds / 0.1));
+  for (int k = 0; k < polls; ++k) {
+    int status = 0;
+    const pid_t w = ::waitpid(-1, &status, WNOHANG);
+    if (w > 0 && g_running.count(w)) return reaped(w, status);
+    if (w < 0 && errno != EINTR) fail("waitpid failed ({})", std::strerror(errno));
+    forward_if_interrupted();
+    ::usleep(100000);
+  }
+  return {0, 0};
 }
 
 int run_child(const std::string& exe, const std::vector<std::string>& args, const std::string& log,

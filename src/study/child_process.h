@@ -39,6 +39,8 @@ pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args, 
 // Waits for one of the children this module started; {pid, exit code} (128 + signal when killed). When an
 // interrupt is requested, every running child gets SIGINT once. {-1, 0} when no child is running.
 std::pair<pid_t, int> wait_any_child();
+// As wait_any_child, but gives up after `seconds`: {0, 0} when no child ended by then.
+std::pair<pid_t, int> wait_any_child_for(double seconds);
 // spawn_child + wait for that child.
 int run_child(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
               const std::string& stdout_file = "");

@@ -114,6 +114,7 @@ void add_train_tasks(Study& s) {
     const PlannedRun* r = &sr.planned;
     const SweepPlan* sp = &s.sweep;
     t.label = "train " + r->name;
+    t.group = r->name;
     t.is_run = true;
     t.weight = 3.0 * r->tokens;  // forward + backward ~ 3 forwards
     t.log = run_folder::train_log(r->dir).string();
@@ -134,11 +135,12 @@ void add_train_tasks(Study& s) {
 }
 
 // An evaluation task: `hybridlm <args>` whose stdout (--json) is the result file; made once per file.
-void add_eval(Study& s, const std::string& label, const std::string& output, std::vector<size_t> deps, double weight,
-              std::function<std::vector<std::string>()> args) {
+void add_eval(Study& s, const StudyRun& run, const std::string& label, const std::string& output,
+              std::vector<size_t> deps, double weight, std::function<std::vector<std::string>()> args) {
   if (s.eval_task.count(output)) return;
   Task t;
   t.label = label;
+  t.group = run.planned.name;
   t.output = output;
   t.log = output.substr(0, output.size() - 5) + ".log";
   t.deps = std::move(deps);
@@ -186,7 +188,7 @@ void add_eval_tasks(Study& s) {
           const std::string beta = fmt::format("{}", f.options.value("longppl_beta", -2.0));
           for (long step = b.eval_every; step <= b.steps; step += b.eval_every) {
             const std::string out = fmt::format("{}/longppl-step{}.json", ev, step);
-            add_eval(s, fmt::format("eval longppl {} step {}", r.planned.name, step), out,
+            add_eval(s, r, fmt::format("eval longppl {} step {}", r.planned.name, step), out,
                      {r.task, s.evaluator->task}, 3.0 * b.longppl_docs * L * 4, [=, &b] {
                        return with_threads({"eval", "longppl", "--ckpt", checkpoint_at(dir, step), "--evaluator",
                                             evaluator, "--doc-len", std::to_string(b.seq_len), "--docs",
@@ -199,7 +201,7 @@ void add_eval_tasks(Study& s) {
           }
         } else if (id == "b") {
           const long span = span_tokens(s);
-          add_eval(s, "probe receptive-field " + r.planned.name, ev + "/receptive-field.json", {r.task},
+          add_eval(s, r, "probe receptive-field " + r.planned.name, ev + "/receptive-field.json", {r.task},
                    3.0 * (b.max_eval_tokens + 3.0 * 3 * b.niah_samples * L * 4), [=, &b] {
                      return with_threads({"probe", "receptive-field", "--ckpt", dir, "--restrict", "full;efficient",
                                           "--span", std::to_string(span), "--samples", std::to_string(b.niah_samples),
@@ -207,7 +209,7 @@ void add_eval_tasks(Study& s) {
                                          T);
                    });
         } else if (id == "c") {
-          add_eval(s, "probe retrieval-heads " + r.planned.name, ev + "/retrieval-heads.json", {r.task},
+          add_eval(s, r, "probe retrieval-heads " + r.planned.name, ev + "/retrieval-heads.json", {r.task},
                    static_cast<double>(b.steps / b.eval_every) * 5 * b.niah_samples * L * 6, [=, &b] {
                      return with_threads({"probe", "retrieval-heads", "--over-checkpoints", dir, "--samples",
                                           std::to_string(b.niah_samples), "--haystack", "noise"},
@@ -217,7 +219,7 @@ void add_eval_tasks(Study& s) {
           const std::string lengths = comma_list(f.options.at("lengths"), "x");
           double mult = 0;
           for (auto& x : f.options.at("lengths")) mult += x.get<double>();
-          add_eval(s, "eval niah " + r.planned.name, ev + "/niah-lengths.json", {r.task},
+          add_eval(s, r, "eval niah " + r.planned.name, ev + "/niah-lengths.json", {r.task},
                    3.0 * 3 * b.niah_samples * L * mult * 4, [=, &b] {
                      return with_threads({"eval", "niah", "--ckpt", dir, "--lengths", lengths, "--depths",
                                           "0.1,0.5,0.9", "--samples", std::to_string(b.niah_samples), "--haystack",
@@ -227,7 +229,7 @@ void add_eval_tasks(Study& s) {
           if (f.options.contains("ruler_tasks") && !f.options["ruler_tasks"].empty()) {
             const std::string tasks = comma_list(f.options["ruler_tasks"]);
             const std::string rl = comma_list(f.options.value("ruler_lengths", f.options.at("lengths")), "x");
-            add_eval(s, "eval ruler " + r.planned.name, ev + "/ruler.json", {r.task},
+            add_eval(s, r, "eval ruler " + r.planned.name, ev + "/ruler.json", {r.task},
                      3.0 * f.options["ruler_tasks"].size() * b.niah_samples * L * mult * 4, [=, &b] {
                        // A task whose fixed text does not fit a length (with the run's tokenizer) is scored there
                        // by the tasks that fit; the report lists what was skipped.
@@ -503,6 +505,7 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   if (o.out.empty()) fail("reproduce needs --out DIR");
   const fs::path out = o.out;
   if (o.report_only) {
+    if (o.rank > 0) return res;  // rank 0 writes it
     const std::string fj = (out / "findings.json").string();
     if (!fs::exists(fj)) fail("--report-only: {} does not exist (run the study first)", fj);
     res.report = write_report(read_json_file(fj), o.out);
@@ -527,8 +530,10 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   if (o.seeds < 0) fail("--seeds must be >= 1, got {}", o.seeds);
   if (o.jobs < 0) fail("--jobs must be >= 1, got {}", o.jobs);
   s.seeds = o.seeds > 0 ? o.seeds : s.budget.seeds;
-  s.jobs = o.jobs > 0 ? o.jobs : cores();
-  s.threads = std::max(1, cores() / s.jobs);
+  if (o.ranks > 1 && !o.barrier) fail("reproduce across {} ranks needs a barrier", o.ranks);
+  const int cpus = o.cores > 0 ? o.cores : cores();
+  s.jobs = o.jobs > 0 ? o.jobs : cpus;
+  s.threads = std::max(1, cpus / s.jobs);
   s.out = o.out;
 
   // The folder belongs to one study: a rerun must ask for the same plan, budget and seeds.
@@ -544,7 +549,13 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
              have.value(k, json()).dump(), st[k].dump());
     st["wall_seconds"] = have.value("wall_seconds", 0.0);
   }
-  write_file_atomic(study_json, st.dump(2) + "\n");
+  const std::string markers = (out / ".rank-markers").string();  // tasks that failed on some rank
+  if (o.rank == 0) {
+    write_file_atomic(study_json, st.dump(2) + "\n");
+    fs::remove_all(markers);
+    if (o.ranks > 1) fs::create_directories(markers);
+  }
+  if (o.ranks > 1) o.barrier();
 
   s.sweep.file = s.plan.file;
   s.sweep.out = (out / "runs").string();
@@ -566,7 +577,13 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
                "{} tasks, {} at a time x {} thread{}; into {}\n", s.plan.file, s.plan.name, s.budget.name,
                fmt::join(s.findings, ","), s.runs.size(), s.budget.steps, s.budget.batch * s.budget.seq_len, s.seeds,
                s.seeds == 1 ? "" : "s", s.tasks.size(), s.jobs, s.threads, s.threads == 1 ? "" : "s", o.out);
-  GraphOutcome g = run_task_graph(self_exe(), s.tasks, s.jobs, o.quiet);
+  GraphOutcome g = run_task_graph(self_exe(), s.tasks, s.jobs, o.quiet, {o.rank, o.ranks, markers});
+  if (!g.interrupted && o.ranks > 1) o.barrier();  // every rank's tasks have ended
+  if (o.rank > 0) {
+    res.exit_code = g.interrupted ? 130 : 0;  // rank 0 reports every failure
+    return res;
+  }
+  fs::remove_all(markers);
   st["wall_seconds"] = st["wall_seconds"].get<double>() + g.seconds;
   write_file_atomic(study_json, st.dump(2) + "\n");
   if (g.interrupted) {

@@ -5,6 +5,7 @@
 // processes (their JSON kept in each run's evals/ folder), then reads everything back, applies the plan's
 // verdict rules and writes DIR/findings.json, DIR/report.md and the SVG figures. Rerunning continues: what
 // is on disk is not redone.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,11 @@ struct ReproduceOptions {
   int jobs = 0;                     // children at once; 0: one per core
   bool report_only = false;         // rewrite report.md + figures from DIR/findings.json alone
   bool quiet = false;
+  // Across MPI ranks sharing DIR (cli/reproduce.cpp fills these under mpirun): rank r runs the tasks of the
+  // runs r, r+R, ... (trainings, their evaluations and probes) and learns of the others' from DIR; rank 0
+  // writes the report. cores: CPUs this process may use (0: the machine's). barrier: waits for every rank.
+  int rank = 0, ranks = 1, cores = 0;
+  std::function<void()> barrier;
 };
 
 struct ReproduceOutcome {

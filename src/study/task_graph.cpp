@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/timer.h"
 #include "study/child_process.h"
 
@@ -24,7 +26,8 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
-GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, int jobs, bool quiet) {
+GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, int jobs, bool quiet,
+                            const GraphShare& share) {
   enum class State { kWaiting, kRunning, kDone, kFailed, kSkipped };
   const size_t n = tasks.size();
   std::vector<State> st(n, State::kWaiting);
@@ -42,15 +45,52 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
       ++out.done;
     }
   }
+  // Which process runs each task: groups in order of first appearance, round robin over the ranks.
+  std::vector<int> owner(n, 0);
+  std::map<std::string, int> group_index;
+  for (size_t i = 0; i < n; ++i)
+    if (!tasks[i].group.empty())
+      owner[i] = group_index.emplace(tasks[i].group, static_cast<int>(group_index.size())).first->second % share.ranks;
+  auto mine = [&](size_t i) { return owner[i] == share.rank; };
+  auto marker = [&](size_t i) { return (fs::path(share.markers) / fmt::format("task-{}.failed", i)).string(); };
+  const std::string who = share.ranks > 1 ? fmt::format("rank {}: ", share.rank) : "";
   auto progress = [&](const std::string& what) {
     if (quiet) return;
     const double el = timer.seconds();
     const double rate = done_w_now > 0 ? done_w_now / el : 0;
     const std::string eta = rate > 0 ? format_duration((total_w - done_w) / rate) : "?";
-    fmt::print(stderr, "reproduce: [{}/{} tasks, runs {}/{} trained] {} elapsed, ETA {}{}{}\n", out.done, n, runs_done,
+    fmt::print(stderr, "{}reproduce: [{}/{} tasks, runs {}/{} trained] {} elapsed, ETA {}{}{}\n", who, out.done, n, runs_done,
                runs_total, format_duration(el), eta, what.empty() ? "" : ": ", what);
   };
   if (out.done > 0) progress(fmt::format("{} task{} already done (resumed)", out.done, out.done == 1 ? "" : "s"));
+  auto mark_done = [&](size_t i, const std::string& note) {
+    st[i] = State::kDone;
+    ++out.done;
+    done_w += tasks[i].weight;
+    done_w_now += tasks[i].weight;
+    runs_done += tasks[i].is_run;
+    progress(fmt::format("{} ({})", tasks[i].label, note));
+  };
+  auto mark_failed = [&](size_t i, const std::string& error) {
+    st[i] = State::kFailed;
+    ++out.failed;
+    out.errors.push_back(fmt::format("{}: {}", tasks[i].label, error));
+    progress(fmt::format("FAILED {}: {}", tasks[i].label, error));
+    if (share.ranks > 1 && mine(i)) write_file_atomic(marker(i), error + "\n");  // the other ranks wait for it
+  };
+  // Tasks of the other ranks: done when the folder says so, failed when their owner left a marker.
+  auto poll_others = [&]() {
+    for (size_t i = 0; i < n && share.ranks > 1; ++i) {
+      if (st[i] != State::kWaiting || mine(i)) continue;
+      if (tasks[i].done && tasks[i].done()) mark_done(i, fmt::format("rank {}", owner[i]));
+      else if (fs::exists(marker(i))) {
+        std::ifstream f(marker(i));
+        std::string why;
+        std::getline(f, why);
+        mark_failed(i, fmt::format("{} (on rank {})", why, owner[i]));
+      }
+    }
+  };
   InterruptGuard guard;
   std::map<pid_t, size_t> running;
   std::map<size_t, Timer> started;
@@ -72,7 +112,7 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
     }
     if (!InterruptGuard::requested())
       for (size_t i = 0; i < n && static_cast<int>(running.size()) < jobs; ++i) {
-        if (st[i] != State::kWaiting) continue;
+        if (st[i] != State::kWaiting || !mine(i)) continue;
         bool ready = true;
         for (size_t d : tasks[i].deps) ready &= st[d] == State::kDone;
         if (!ready) continue;
@@ -86,14 +126,21 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
           started[i] = Timer();
           st[i] = State::kRunning;
         } catch (const Error& e) {
-          st[i] = State::kFailed;
-          ++out.failed;
-          out.errors.push_back(fmt::format("{}: {}", t.label, e.what()));
-          progress(fmt::format("FAILED {}: {}", t.label, e.what()));
+          mark_failed(i, e.what());
         }
       }
-    if (running.empty()) break;
-    auto [pid, code] = wait_any_child();
+    if (running.empty()) {
+      // Alone, nothing more can start. Across ranks, wait while another rank still owes a task.
+      bool owed = false;
+      for (size_t i = 0; i < n; ++i) owed |= st[i] == State::kWaiting;
+      if (share.ranks == 1 || !owed || InterruptGuard::requested()) break;
+      ::usleep(500000);
+      poll_others();
+      continue;
+    }
+    auto [pid, code] = share.ranks > 1 ? wait_any_child_for(1.0) : wait_any_child();
+    poll_others();
+    if (pid == 0) continue;  // no child ended within the poll interval
     if (pid < 0) break;
     auto it = running.find(pid);
     if (it == running.end()) continue;
@@ -113,19 +160,8 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
     } else {
       error = fmt::format("exit {}: {}", code, last_error(t.log));
     }
-    if (error.empty()) {
-      st[i] = State::kDone;
-      ++out.done;
-      done_w += t.weight;
-      done_w_now += t.weight;
-      runs_done += t.is_run;
-      progress(fmt::format("{} ({})", t.label, format_duration(started[i].seconds())));
-    } else {
-      st[i] = State::kFailed;
-      ++out.failed;
-      out.errors.push_back(fmt::format("{}: {} (log {})", t.label, error, t.log));
-      progress(fmt::format("FAILED {}: {} (log {})", t.label, error, t.log));
-    }
+    if (error.empty()) mark_done(i, format_duration(started[i].seconds()));
+    else mark_failed(i, fmt::format("{} (log {})", error, t.log));
   }
   if (InterruptGuard::requested()) out.interrupted = true;
   out.seconds = timer.seconds();

@@ -3,6 +3,8 @@
 // at once, a task starts when the tasks it depends on are done, a task already done on disk is skipped (so
 // a rerun continues where the last one stopped), and a progress line says tasks done / total, runs trained
 // and the ETA. Ctrl-C is forwarded to the running children (trainings save); nothing new starts after it.
+// Across processes (MPI ranks sharing the study folder), each process runs the tasks it owns and learns of the
+// others' from the folder: a task is done when its `done` says so, failed when its owner left a marker file.
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,6 +22,14 @@ struct Task {
   std::vector<size_t> deps;                         // indices of tasks that must be done first
   double weight = 1;                                // relative cost, for the ETA
   bool is_run = false;                              // a training (counted as "runs trained")
+  std::string group;                                // the run it belongs to; "" = study-wide (rank 0's)
+};
+
+// Which tasks this process runs: the groups in order of first appearance go to ranks 0, 1, ..., R-1, 0, ...;
+// study-wide tasks to rank 0. Others are waited for through `markers` (a folder on the shared filesystem).
+struct GraphShare {
+  int rank = 0, ranks = 1;
+  std::string markers;
 };
 
 struct GraphOutcome {
@@ -30,7 +40,8 @@ struct GraphOutcome {
 };
 
 // Runs the graph; `exe` is the hybridlm binary. Progress on stderr unless quiet.
-GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, int jobs, bool quiet);
+GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, int jobs, bool quiet,
+                            const GraphShare& share = {});
 
 // "1h02m", "3m05s", "42s".
 std::string format_duration(double seconds);

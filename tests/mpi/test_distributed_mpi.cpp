@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -372,4 +373,51 @@ TEST(Distributed, SweepSharesItsRunsAcrossRanks) {
     EXPECT_EQ(run["train"]["world_size"], 1) << name;
     EXPECT_NE(e["command"].get<std::string>().find("--threads "), std::string::npos) << e.dump();
   }
+}
+
+// reproduce under mpirun: each rank runs the tasks of its share of the runs (here finding c at the tiny budget:
+// 3 trainings and their retrieval-head probes), learns of the other rank's through the study folder, and rank 0
+// writes the report; a single-process rerun then finds every task done. ~1 min.
+TEST(Distributed, ReproduceSharesItsRunsAcrossRanks) {
+  SKIP_WITHOUT_MPI();
+  const fs::path out = tmp_root() / "study";
+  const fs::path err = tmp_root() / "reproduce_stderr.txt";
+  const std::string cmd = mpirun(2) + HLM_BINARY + " reproduce --budget tiny --only c --out " + out.string() +
+                          " >/dev/null 2>" + err.string();
+  const int st = std::system(cmd.c_str());
+  const std::string log = slurp(err);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << log;
+  const auto findings = nlohmann::json::parse(slurp(out / "findings.json"));
+  EXPECT_EQ(findings["run"]["tasks_failed"], 0) << findings["run"].dump();
+  EXPECT_TRUE(fs::exists(out / "report.md"));
+  EXPECT_FALSE(fs::exists(out / ".rank-markers"));
+  // The runs in plan order go to ranks 0, 1, 0; each rank trains and probes its own, and hears of the other's.
+  const char* runs[] = {"swa-small-s1", "swa-mid-s1", "swa-large-s1"};
+  for (int k = 0; k < 3; ++k) {
+    const std::string me = "rank " + std::to_string(k % 2) + ": ", other = "rank " + std::to_string(1 - k % 2) + ": ";
+    for (const std::string task : {"train ", "probe retrieval-heads "}) {
+      const std::string label = task + runs[k];
+      EXPECT_NE(log.find(me + "reproduce: ["), std::string::npos) << log;
+      bool ran_here = false, heard_there = false;
+      std::istringstream lines(log);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind(me, 0) == 0 && line.find(": " + label + " (") != std::string::npos &&
+            line.find("(rank ") == std::string::npos)
+          ran_here = true;
+        if (line.rfind(other, 0) == 0 && line.find(": " + label + " (rank " + std::to_string(k % 2) + ")") !=
+                                             std::string::npos)
+          heard_there = true;
+      }
+      EXPECT_TRUE(ran_here) << label << " not run by " << me << "\n" << log;
+      EXPECT_TRUE(heard_there) << label << " not seen done by " << other << "\n" << log;
+    }
+    const auto run = nlohmann::json::parse(slurp(out / "runs" / runs[k] / "run.json"));
+    EXPECT_EQ(run["train"]["world_size"], 1) << runs[k];  // a single-process child
+  }
+  // One process continues the same folder: nothing left to do.
+  const std::string again = HLM_BINARY + std::string(" reproduce --budget tiny --only c --out ") + out.string() +
+                            " >/dev/null 2>" + err.string();
+  ASSERT_EQ(std::system(again.c_str()), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("already done (resumed)"), std::string::npos) << slurp(err);
+  EXPECT_EQ(slurp(err).find("train "), std::string::npos) << slurp(err);
 }
