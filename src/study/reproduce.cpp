@@ -488,7 +488,7 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
           {"proxy", {{"mix_niah", s.plan.mix_niah}, {"mix_haystack", s.plan.mix_haystack},
                      {"niah_digits", s.plan.niah_digits}, {"note", s.plan.proxy_note}}},
           {"evaluator", s.evaluator ? json{{"preset", s.plan.evaluator.preset}, {"steps", s.evaluator->planned.steps},
-                                           {"dir", fs::path(s.evaluator->planned.dir).lexically_relative(s.out).string()}}  // relative: the folder moves
+                                           {"dir", fs::relative(s.evaluator->planned.dir, s.out).string()}}  // relative: the folder moves
                                     : json()},
           {"hybrids", hybrids},
           {"run", {{"finished", now_iso()}, {"wall_seconds", wall_total}, {"jobs", s.jobs},
