@@ -1,3 +1,6 @@
+// LM head + cross-entropy, fused and tiled over the vocabulary (the logits never exist whole). The per-row
+// softmax statistics and gradients are written once with Google Highway and dispatched per SIMD target at run
+// time (docs/performance.md); the tiling, the matmuls (oneDNN) and the fixed-order reductions are shared.
 #include "ops/cross_entropy.h"
 
 #include <algorithm>
@@ -7,10 +10,63 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/fast_exp.h"
+#include "core/simd_target.h"
 #include "ops/matmul.h"
 
+#include "core/simd_config.h"  // before any Highway header
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/cross_entropy.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "ops/simd_math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace hlm::ops::HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// One row of a logits tile against the running log-sum-exp state (m, s) of its row: m becomes
+// max(m, max(row)), s is rescaled to it and gains sum exp(row - m). exp(-inf) = 0 covers the first chunk.
+void ce_row_lse_impl(const float* row, i64 cols, float* m, float* s) {
+  const DF d;
+  VF vmax = hn::Set(d, -std::numeric_limits<float>::infinity());
+  for_each_vector(d, cols, [&](i64 k, size_t c) {
+    const VF x = load_part(d, row + k, c);
+    vmax = c == hn::Lanes(d) ? hn::Max(vmax, x) : hn::IfThenElse(hn::FirstN(d, c), hn::Max(vmax, x), vmax);
+  });
+  const float m_new = std::max(*m, hn::GetLane(hn::MaxOfLanes(d, vmax)));
+  const VF vm = hn::Set(d, m_new);
+  VF acc = hn::Zero(d);
+  for_each_vector(d, cols, [&](i64 k, size_t c) {
+    const VF e = exp(d, hn::Sub(load_part(d, row + k, c), vm));
+    acc = hn::Add(acc, c == hn::Lanes(d) ? e : hn::IfThenElseZero(hn::FirstN(d, c), e));
+  });
+  const float scale = hn::GetLane(exp(d, hn::Set(d, *m - m_new)));  // 0 when *m is -inf
+  *s = *s * scale + sum_lanes(d, acc);
+  *m = m_new;
+}
+
+// dlogits of one row in place: exp(row - lse) * grad_scale (the target's -grad_scale is the caller's).
+void ce_row_grad_impl(float* row, i64 cols, float lse, float grad_scale) {
+  const DF d;
+  const VF vl = hn::Set(d, lse), vg = hn::Set(d, grad_scale);
+  for_each_vector(d, cols, [&](i64 k, size_t c) {
+    store_part(d, hn::Mul(exp(d, hn::Sub(load_part(d, row + k, c), vl)), vg), row + k, c);
+  });
+}
+
+}  // namespace hlm::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace hlm::ops {
+
+HWY_EXPORT(ce_row_lse_impl);
+HWY_EXPORT(ce_row_grad_impl);
 
 namespace {
 
@@ -61,21 +117,6 @@ void check_args(const char* op, const int32_t* targets, i64 N, i64 D, i64 V, con
               D);
 }
 
-// max of x[0..n): 16 independent lanes so it vectorises (GCC does not vectorise a float max reduction
-// without -ffinite-math-only, even under `omp simd reduction(max)`).
-inline float row_max(const float* x, i64 n) {
-  constexpr int L = 16;
-  float acc[L];
-  for (int j = 0; j < L; ++j) acc[j] = -std::numeric_limits<float>::infinity();
-  i64 k = 0;
-  for (; k + L <= n; k += L)
-    for (int j = 0; j < L; ++j) acc[j] = x[k + j] > acc[j] ? x[k + j] : acc[j];
-  for (; k < n; ++k) acc[0] = x[k] > acc[0] ? x[k] : acc[0];
-  float m = acc[0];
-  for (int j = 1; j < L; ++j) m = acc[j] > m ? acc[j] : m;
-  return m;
-}
-
 // Row range of group g out of G over n items.
 inline i64 split(i64 n, i64 g, i64 G) { return n * g / G; }
 
@@ -95,6 +136,7 @@ double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets
                           float* token_loss, const CeTiling& tl) {
   check_args("lm_head_ce_forward", targets, N, D, V, tl);
   if (N == 0) return 0.0;
+  init_simd();
   const Grid g = choose_grid(N, D, V, tl);
   const i64 R = tl.rows, C = tl.cols, ldt = tile_ld(tl);
   const i64 nchunks = (V + C - 1) / C;
@@ -118,14 +160,7 @@ double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets
         matmul(false, true, rows, cols, D, 1.f, h + rb * D, D, W + v0 * D, D, 0.f, tile, ldt);
         for (i64 r = 0; r < rows; ++r) {
           const float* row = tile + r * ldt;
-          const float tmax = row_max(row, cols);
-          const float m_old = M[rb + r], m_new = std::max(m_old, tmax);
-          float s = 0.f;
-#pragma omp simd reduction(+ : s)
-          for (i64 k = 0; k < cols; ++k) s += fast_exp(row[k] - m_new);
-          // fast_exp(-inf) == 0 covers the first chunk.
-          S[rb + r] = S[rb + r] * fast_exp(m_old - m_new) + s;
-          M[rb + r] = m_new;
+          HWY_DYNAMIC_DISPATCH(ce_row_lse_impl)(row, cols, M + rb + r, S + rb + r);
           const i64 tg = targets[rb + r];
           if (tg >= v0 && tg < v0 + cols) tgt[rb + r] = row[tg - v0];
         }
@@ -153,6 +188,7 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
                          i64 V, float grad_scale, float* dh, float* dW, const CeTiling& tl) {
   check_args("lm_head_ce_backward", targets, N, D, V, tl);
   if (N == 0) return;
+  init_simd();
   const Grid g = choose_grid(N, D, V, tl);
   const i64 R = tl.rows, C = tl.cols, ldt = tile_ld(tl);
   const i64 nchunks = (V + C - 1) / C;
@@ -184,9 +220,7 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
             std::fill(row, row + cols, 0.f);
             continue;
           }
-          const float l = lse[rb + r];
-#pragma omp simd
-          for (i64 k = 0; k < cols; ++k) row[k] = fast_exp(row[k] - l) * grad_scale;
+          HWY_DYNAMIC_DISPATCH(ce_row_grad_impl)(row, cols, lse[rb + r], grad_scale);
           if (tg >= v0 && tg < v0 + cols) row[tg - v0] -= grad_scale;
         }
         // dh[rows, D] (+)= dlogits[rows, cols] W[v0:v0+cols, D]; the group's first chunk overwrites.
@@ -218,3 +252,4 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
 }
 
 }  // namespace hlm::ops
+#endif  // HWY_ONCE
