@@ -123,26 +123,26 @@ void out_gate_backward(const float* o, const float* gp, i64 Wp, const float* w, 
 
 }  // namespace
 
-GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
-  const auto& t = cfg.layer_type(layer);
-  D_ = cfg.d_model;
+GatedDeltaNetMixer::GatedDeltaNetMixer(const MixerSpec& spec, ParamRegistry& reg) {
+  const auto& t = spec.type;
+  D_ = spec.d_model;
   H_ = t.n_heads;
   a_range_ = t.a_init_range;
   dt_range_ = t.dt_init_range;
   K_ = t.head_dim;
-  chunk_ = cfg.chunk_size;
+  chunk_ = spec.chunk_size;
   HLM_CHECK(H_ >= 1 && K_ >= 1 && chunk_ >= 1, "GatedDeltaNetMixer: layer {} needs n_heads, head_dim, chunk_size >= 1 "
-            "(got {}, {}, {})", layer, H_, K_, chunk_);
-  const std::string p = "model.layers." + std::to_string(layer) + ".linear_attn.";
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+            "(got {}, {}, {})", spec.layer, H_, K_, chunk_);
+  const std::string p = spec.name_prefix + "linear_attn.";
+  const double in_std = spec.init_std;
   const i64 HK = H_ * K_;
   // Six projections back to back: one [4HK + 2H, D] matmul.
-  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK, D_})).offset;
-  reg.add(p + "k_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "v_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "g_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "b_proj.weight", {H_, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "a_proj.weight", {H_, D_}, Init::Normal, 0.02, 0, true, true);
+  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK, D_}, Init::Normal, in_std)).offset;
+  reg.add(p + "k_proj.weight", {HK, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "v_proj.weight", {HK, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "g_proj.weight", {HK, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "b_proj.weight", {H_, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "a_proj.weight", {H_, D_}, Init::Normal, in_std, 0, true, true);
   // Three convs back to back: one depthwise conv over 3HK channels. U(-1/sqrt(4), 1/sqrt(4)).
   off_conv_ = reg.info(reg.add(p + "q_conv1d.weight", {HK, 1, kConv}, Init::Uniform, -0.5, 0.5)).offset;
   reg.add(p + "k_conv1d.weight", {HK, 1, kConv}, Init::Uniform, -0.5, 0.5, true, true);
@@ -150,14 +150,13 @@ GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamR
   off_alog_ = reg.info(reg.add(p + "A_log", {H_}, Init::Custom, 0, 0, false)).offset;
   off_dtb_ = reg.info(reg.add(p + "dt_bias", {H_}, Init::Custom, 0, 0, false)).offset;
   off_onorm_ = reg.info(reg.add(p + "o_norm.weight", {K_}, Init::Ones, 0, 0, false)).offset;
-  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK}, Init::Normal, out_std)).offset;
+  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK}, Init::Normal, spec.out_proj_init_std)).offset;
 }
 
 void GatedDeltaNetMixer::init_custom(Rng& rng) {
-  // fla: A ~ U[0, 16], then dt ~ exp(U[ln 1e-3, ln 0.1]) (mixers/decay_init.h). The bound buffer is the
-  // model's writable store.
-  init_a_log(rng, a_range_, const_cast<float*>(P(off_alog_)), H_);
-  init_dt_bias(rng, dt_range_, const_cast<float*>(P(off_dtb_)), H_);
+  // fla: A ~ U[0, 16], then dt ~ exp(U[ln 1e-3, ln 0.1]) (mixers/decay_init.h).
+  init_a_log(rng, a_range_, init_view(off_alog_), H_);
+  init_dt_bias(rng, dt_range_, init_view(off_dtb_), H_);
 }
 
 i64 GatedDeltaNetMixer::chunk_state_budget(i64 B, i64 T) const {

@@ -14,7 +14,7 @@ namespace hlm {
 
 class GatedDeltaNetMixer final : public Mixer {
  public:
-  GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  GatedDeltaNetMixer(const MixerSpec& spec, ParamRegistry& reg);
   char letter() const override { return 'G'; }
   void init_custom(Rng& rng) override;
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;

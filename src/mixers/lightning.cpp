@@ -46,24 +46,24 @@ std::vector<double> lightning_minimax_slopes(i64 n_heads, i64 layer, i64 n_layer
   return s;
 }
 
-LightningMixer::LightningMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
-  const auto& t = cfg.layer_type(layer);
-  D_ = cfg.d_model;
+LightningMixer::LightningMixer(const MixerSpec& spec, ParamRegistry& reg) {
+  const auto& t = spec.type;
+  D_ = spec.d_model;
   H_ = t.n_heads;
   hd_ = t.head_dim;
-  chunk_ = cfg.chunk_size;
+  chunk_ = spec.chunk_size;
   HLM_CHECK(H_ >= 1 && hd_ >= 1 && chunk_ >= 1, "lightning: layer {} needs n_heads, head_dim, chunk_size >= 1 (got {}, {}, {})",
-            layer, H_, hd_, chunk_);
-  slopes_ = lightning_minimax_slopes(H_, layer, cfg.n_layers);
-  const std::string p = "model.layers." + std::to_string(layer) + ".linear_attn.";
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+            spec.layer, H_, hd_, chunk_);
+  slopes_ = lightning_minimax_slopes(H_, spec.layer, spec.n_layers);
+  const std::string p = spec.name_prefix + "linear_attn.";
+  const double in_std = spec.init_std;
   // q|k|v|output_gate adjacent: one [4*H*hd, D] weight for a single matmul.
-  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK(), D_})).offset;
-  reg.add(p + "k_proj.weight", {HK(), D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "v_proj.weight", {HK(), D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "output_gate.weight", {HK(), D_}, Init::Normal, 0.02, 0, true, true);
+  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK(), D_}, Init::Normal, in_std)).offset;
+  reg.add(p + "k_proj.weight", {HK(), D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "v_proj.weight", {HK(), D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "output_gate.weight", {HK(), D_}, Init::Normal, in_std, 0, true, true);
   off_norm_ = reg.info(reg.add(p + "norm.weight", {HK()}, Init::Ones, 0, 0, false)).offset;
-  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK()}, Init::Normal, out_std)).offset;
+  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK()}, Init::Normal, spec.out_proj_init_std)).offset;
 }
 
 i64 LightningMixer::saved_floats(i64 B, i64 T) const {

@@ -17,7 +17,7 @@ std::vector<double> lightning_minimax_slopes(i64 n_heads, i64 layer, i64 n_layer
 
 class LightningMixer final : public Mixer {
  public:
-  LightningMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  LightningMixer(const MixerSpec& spec, ParamRegistry& reg);
   char letter() const override { return 'L'; }
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
   void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;

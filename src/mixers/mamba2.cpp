@@ -32,30 +32,29 @@ inline float softplus(float z) { return z > 20.f ? z : std::log1p(std::exp(z)); 
 
 }  // namespace
 
-Mamba2Mixer::Mamba2Mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
-  const auto& t = cfg.layer_type(layer);
-  D_ = cfg.d_model;
-  di_ = cfg.mamba_expand * cfg.d_model;
+Mamba2Mixer::Mamba2Mixer(const MixerSpec& spec, ParamRegistry& reg) {
+  const auto& t = spec.type;
+  D_ = spec.d_model;
+  di_ = spec.mamba_expand * spec.d_model;
   P_ = t.head_dim;
-  N_ = cfg.mamba_d_state;
-  chunk_ = cfg.chunk_size;
+  N_ = spec.mamba_d_state;
+  chunk_ = spec.chunk_size;
   a_range_ = t.a_init_range;
   dt_range_ = t.dt_init_range;
   HLM_CHECK(P_ >= 1 && di_ % P_ == 0 && N_ >= 1 && chunk_ >= 1,
-            "mamba2: layer {}: d_inner {} must be a multiple of head_dim {}; d_state {} and chunk_size {} >= 1", layer,
-            di_, P_, N_, chunk_);
+            "mamba2: layer {}: d_inner {} must be a multiple of head_dim {}; d_state {} and chunk_size {} >= 1",
+            spec.layer, di_, P_, N_, chunk_);
   nh_ = di_ / P_;
-  const std::string p = "model.layers." + std::to_string(layer) + ".mixer.";
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+  const std::string p = spec.name_prefix + "mixer.";
   const double cw = 1.0 / std::sqrt(static_cast<double>(kConv));  // PyTorch conv1d default bound, fan_in = 4
-  off_in_ = reg.info(reg.add(p + "in_proj.weight", {Win(), D_})).offset;
+  off_in_ = reg.info(reg.add(p + "in_proj.weight", {Win(), D_}, Init::Normal, spec.init_std)).offset;
   off_convw_ = reg.info(reg.add(p + "conv1d.weight", {Cc(), 1, kConv}, Init::Uniform, -cw, cw)).offset;
   off_convb_ = reg.info(reg.add(p + "conv1d.bias", {Cc()}, Init::Zeros, 0, 0, false)).offset;
   off_dtb_ = reg.info(reg.add(p + "dt_bias", {nh_}, Init::Custom, 0, 0, false)).offset;
   off_alog_ = reg.info(reg.add(p + "A_log", {nh_}, Init::Custom, 0, 0, false)).offset;
   off_D_ = reg.info(reg.add(p + "D", {nh_}, Init::Ones, 0, 0, false)).offset;
   off_norm_ = reg.info(reg.add(p + "norm.weight", {di_}, Init::Ones, 0, 0, false)).offset;
-  off_out_ = reg.info(reg.add(p + "out_proj.weight", {D_, di_}, Init::Normal, out_std)).offset;
+  off_out_ = reg.info(reg.add(p + "out_proj.weight", {D_, di_}, Init::Normal, spec.out_proj_init_std)).offset;
 }
 
 std::vector<float> Mamba2Mixer::decay_rates() const {
@@ -65,10 +64,9 @@ std::vector<float> Mamba2Mixer::decay_rates() const {
 }
 
 void Mamba2Mixer::init_custom(Rng& rng) {
-  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]), then A ~ U[1, 16] (mixers/decay_init.h). The bound buffer is the
-  // model's writable parameter store; the base class only hands out const views.
-  init_dt_bias(rng, dt_range_, const_cast<float*>(P(off_dtb_)), nh_);
-  init_a_log(rng, a_range_, const_cast<float*>(P(off_alog_)), nh_);
+  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]), then A ~ U[1, 16] (mixers/decay_init.h).
+  init_dt_bias(rng, dt_range_, init_view(off_dtb_), nh_);
+  init_a_log(rng, a_range_, init_view(off_alog_), nh_);
 }
 
 i64 Mamba2Mixer::saved_floats(i64 B, i64 T) const {

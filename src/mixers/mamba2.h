@@ -13,7 +13,7 @@ namespace hlm {
 
 class Mamba2Mixer final : public Mixer {
  public:
-  Mamba2Mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  Mamba2Mixer(const MixerSpec& spec, ParamRegistry& reg);
   char letter() const override { return 'M'; }
   void init_custom(Rng& rng) override;
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
