@@ -7,10 +7,11 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/params.h"
 #include "core/rng.h"
 #include "mixers/mixer.h"
 #include "model/config.h"
-#include "model/params.h"
+#include "model/layer_spec.h"
 
 using hlm::i64;
 

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/params.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "mixers/mixer.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "model/params.h"
 #include "testing.h"
 
 namespace hlm::testing {

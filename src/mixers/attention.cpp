@@ -30,29 +30,28 @@ struct KvCache final : MixerState {
 
 }  // namespace
 
-AttentionMixer::AttentionMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg)
-    : letter_(cfg.letter(layer)) {
-  const auto& t = cfg.layer_type(layer);
-  D_ = cfg.d_model;
+AttentionMixer::AttentionMixer(const MixerSpec& spec, ParamRegistry& reg) : letter_(spec.letter) {
+  const auto& t = spec.type;
+  D_ = spec.d_model;
   H_ = t.n_heads;
   Hkv_ = t.n_kv_heads;
   hd_ = t.head_dim;
   window_ = letter_ == 'S' ? t.window : 0;
   rope_ = t.rope;
   qk_norm_ = t.qk_norm;
-  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
-  int iq = reg.add(p + "q_proj.weight", {H_ * hd_, D_});
-  reg.add(p + "k_proj.weight", {Hkv_ * hd_, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "v_proj.weight", {Hkv_ * hd_, D_}, Init::Normal, 0.02, 0, true, true);
+  const std::string p = spec.name_prefix + "self_attn.";
+  const double in_std = spec.init_std;
+  int iq = reg.add(p + "q_proj.weight", {H_ * hd_, D_}, Init::Normal, in_std);
+  reg.add(p + "k_proj.weight", {Hkv_ * hd_, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "v_proj.weight", {Hkv_ * hd_, D_}, Init::Normal, in_std, 0, true, true);
   off_wqkv_ = reg.info(iq).offset;
-  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, H_ * hd_}, Init::Normal, out_std)).offset;
+  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, H_ * hd_}, Init::Normal, spec.out_proj_init_std)).offset;
   if (qk_norm_) {
     off_qn_ = reg.info(reg.add(p + "q_norm.weight", {hd_}, Init::Ones, 0, 0, false)).offset;
     off_kn_ = reg.info(reg.add(p + "k_norm.weight", {hd_}, Init::Ones, 0, 0, false)).offset;
   }
-  if (rope_) rope_tab_ = ops::RopeTable(cfg.max_seq_len, hd_, cfg.rope_theta);
-  rope_theta_ = cfg.rope_theta;
+  if (rope_) rope_tab_ = ops::RopeTable(spec.max_seq_len, hd_, spec.rope_theta);
+  rope_theta_ = spec.rope_theta;
 }
 
 i64 AttentionMixer::effective_window() const {

@@ -18,7 +18,7 @@ struct AttentionRecord {
 
 class AttentionMixer final : public Mixer {
  public:
-  AttentionMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  AttentionMixer(const MixerSpec& spec, ParamRegistry& reg);
   char letter() const override { return letter_; }
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
   void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;

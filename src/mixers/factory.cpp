@@ -7,20 +7,20 @@
 
 namespace hlm {
 
-std::unique_ptr<Mixer> make_mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
-  const char c = cfg.letter(layer);
-  switch (c) {
+std::unique_ptr<Mixer> make_mixer(const MixerSpec& spec, ParamRegistry& reg) {
+  switch (spec.letter) {
     case 'F':
     case 'S':
-      return std::make_unique<AttentionMixer>(cfg, layer, reg);
+      return std::make_unique<AttentionMixer>(spec, reg);
     case 'L':
-      return std::make_unique<LightningMixer>(cfg, layer, reg);
+      return std::make_unique<LightningMixer>(spec, reg);
     case 'M':
-      return std::make_unique<Mamba2Mixer>(cfg, layer, reg);
+      return std::make_unique<Mamba2Mixer>(spec, reg);
     case 'G':
-      return std::make_unique<GatedDeltaNetMixer>(cfg, layer, reg);
+      return std::make_unique<GatedDeltaNetMixer>(spec, reg);
     default:
-      fail("config: layer {} has mixer letter '{}', which this build does not implement yet", layer, c);
+      fail("config: layer {} has mixer letter '{}', which this build does not implement yet", spec.layer,
+           spec.letter);
   }
 }
 

@@ -7,9 +7,7 @@
 
 #include "core/parallel.h"
 #include "mixers/decay_init.h"
-#include "ops/causal_conv1d.h"
 #include "ops/fast_exp.h"
-#include "ops/gated_delta.h"
 #include "ops/l2norm.h"
 #include "ops/matmul.h"
 
@@ -123,26 +121,26 @@ void out_gate_backward(const float* o, const float* gp, i64 Wp, const float* w, 
 
 }  // namespace
 
-GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
-  const auto& t = cfg.layer_type(layer);
-  D_ = cfg.d_model;
+GatedDeltaNetMixer::GatedDeltaNetMixer(const MixerSpec& spec, ParamRegistry& reg) {
+  const auto& t = spec.type;
+  D_ = spec.d_model;
   H_ = t.n_heads;
   a_range_ = t.a_init_range;
   dt_range_ = t.dt_init_range;
   K_ = t.head_dim;
-  chunk_ = cfg.chunk_size;
+  chunk_ = spec.chunk_size;
   HLM_CHECK(H_ >= 1 && K_ >= 1 && chunk_ >= 1, "GatedDeltaNetMixer: layer {} needs n_heads, head_dim, chunk_size >= 1 "
-            "(got {}, {}, {})", layer, H_, K_, chunk_);
-  const std::string p = "model.layers." + std::to_string(layer) + ".linear_attn.";
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+            "(got {}, {}, {})", spec.layer, H_, K_, chunk_);
+  const std::string p = spec.name_prefix + "linear_attn.";
+  const double in_std = spec.init_std;
   const i64 HK = H_ * K_;
   // Six projections back to back: one [4HK + 2H, D] matmul.
-  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK, D_})).offset;
-  reg.add(p + "k_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "v_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "g_proj.weight", {HK, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "b_proj.weight", {H_, D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "a_proj.weight", {H_, D_}, Init::Normal, 0.02, 0, true, true);
+  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK, D_}, Init::Normal, in_std)).offset;
+  reg.add(p + "k_proj.weight", {HK, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "v_proj.weight", {HK, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "g_proj.weight", {HK, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "b_proj.weight", {H_, D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "a_proj.weight", {H_, D_}, Init::Normal, in_std, 0, true, true);
   // Three convs back to back: one depthwise conv over 3HK channels. U(-1/sqrt(4), 1/sqrt(4)).
   off_conv_ = reg.info(reg.add(p + "q_conv1d.weight", {HK, 1, kConv}, Init::Uniform, -0.5, 0.5)).offset;
   reg.add(p + "k_conv1d.weight", {HK, 1, kConv}, Init::Uniform, -0.5, 0.5, true, true);
@@ -150,18 +148,42 @@ GatedDeltaNetMixer::GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamR
   off_alog_ = reg.info(reg.add(p + "A_log", {H_}, Init::Custom, 0, 0, false)).offset;
   off_dtb_ = reg.info(reg.add(p + "dt_bias", {H_}, Init::Custom, 0, 0, false)).offset;
   off_onorm_ = reg.info(reg.add(p + "o_norm.weight", {K_}, Init::Ones, 0, 0, false)).offset;
-  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK}, Init::Normal, out_std)).offset;
+  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK}, Init::Normal, spec.out_proj_init_std)).offset;
 }
 
 void GatedDeltaNetMixer::init_custom(Rng& rng) {
-  // fla: A ~ U[0, 16], then dt ~ exp(U[ln 1e-3, ln 0.1]) (mixers/decay_init.h). The bound buffer is the
-  // model's writable store.
-  init_a_log(rng, a_range_, const_cast<float*>(P(off_alog_)), H_);
-  init_dt_bias(rng, dt_range_, const_cast<float*>(P(off_dtb_)), H_);
+  // fla: A ~ U[0, 16], then dt ~ exp(U[ln 1e-3, ln 0.1]) (mixers/decay_init.h).
+  init_a_log(rng, a_range_, init_view(off_alog_), H_);
+  init_dt_bias(rng, dt_range_, init_view(off_dtb_), H_);
 }
 
 i64 GatedDeltaNetMixer::chunk_state_budget(i64 B, i64 T) const {
   return B * H_ * ((T + chunk_ - 1) / chunk_) * K_ * K_;
+}
+
+ops::CausalConv1dArgs GatedDeltaNetMixer::conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
+                                                    const float* conv_init) const {
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = T, c.C = 3 * HK(), c.W = kConv, c.u_row = Wp(), c.silu = true;
+  c.u = proj, c.w = P(off_conv_), c.initial_state = conv_init, c.doc_start = doc_start;
+  return c;
+}
+
+ops::GatedDeltaArgs<float> GatedDeltaNetMixer::delta_args(const float* qkv, const float* g, const float* beta, i64 B,
+                                                          i64 T, const int32_t* doc_start, const float* S_init) const {
+  const i64 HK = this->HK();
+  ops::GatedDeltaArgs<float> a;
+  a.B = B, a.T = T, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
+  a.q = qkv, a.k = qkv + HK, a.v = qkv + 2 * HK, a.q_stride = a.k_stride = a.v_stride = 3 * HK;
+  a.g = g, a.beta = beta, a.initial_state = S_init, a.doc_start = doc_start;
+  return a;
+}
+
+void GatedDeltaNetMixer::qk_l2norm_forward(float* qkv, float* rq, float* rk, i64 N) const {
+  const i64 HK = this->HK(), C3 = 3 * HK;
+  const float qscale = 1.f / std::sqrt(static_cast<float>(K_));  // after the L2 norm (docs/algorithms.md §5.1)
+  ops::l2norm_forward<float>(qkv, C3, qkv, C3, rq, N, H_, K_, kL2Eps, qscale);
+  ops::l2norm_forward<float>(qkv + HK, C3, qkv + HK, C3, rk, N, H_, K_, kL2Eps, 1.f);
 }
 
 i64 GatedDeltaNetMixer::saved_floats(i64 B, i64 T) const {
@@ -194,26 +216,18 @@ void GatedDeltaNetMixer::run(const float* x, float* y, i64 B, i64 T, const int32
   proj_ = arena.floats(N * W, "gdn proj");
   ops::linear_forward(x, P(off_w_), proj_, N, D_, W);  // [N, Wp]: q | k | v | gp | b | a
 
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = T, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true;
-  c.u = proj_, c.w = P(off_conv_), c.initial_state = conv_init, c.doc_start = doc_start;
   qkv_ = arena.floats(N * C3, "gdn qkv");
-  ops::causal_conv1d_forward(c, qkv_, conv_fin);  // [N, 3HK]
+  ops::causal_conv1d_forward(conv_args(proj_, B, T, doc_start, conv_init), qkv_, conv_fin);  // [N, 3HK]
 
   rq_ = arena.floats(N * H_, "gdn q rstd");
   rk_ = arena.floats(N * H_, "gdn k rstd");
-  const float qscale = 1.f / std::sqrt(static_cast<float>(K_));  // after the L2 norm (docs/algorithms.md §5.1)
-  ops::l2norm_forward<float>(qkv_, C3, qkv_, C3, rq_, N, H_, K_, kL2Eps, qscale);
-  ops::l2norm_forward<float>(qkv_ + HK, C3, qkv_ + HK, C3, rk_, N, H_, K_, kL2Eps, 1.f);
+  qk_l2norm_forward(qkv_, rq_, rk_, N);
 
   g_ = arena.floats(N * H_, "gdn g");
   beta_ = arena.floats(N * H_, "gdn beta");
   gates_forward(proj_, W, 4 * HK, N, H_, P(off_alog_), P(off_dtb_), g_, beta_);
 
-  ops::GatedDeltaArgs<float> a;
-  a.B = B, a.T = T, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
-  a.q = qkv_, a.k = qkv_ + HK, a.v = qkv_ + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
-  a.g = g_, a.beta = beta_, a.initial_state = S_init, a.doc_start = doc_start;
+  const ops::GatedDeltaArgs<float> a = delta_args(qkv_, g_, beta_, B, T, doc_start, S_init);
   cs_ = nullptr;
   if (save_states) {
     // Many short documents (or a short max span) mean more segments than the budget: then the backward
@@ -252,13 +266,9 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
   ops::linear_backward(buf, P(off_wo_), dy, dz, G(off_wo_), N, HK, D_);
   out_gate_backward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, dz, buf, dproj + 3 * HK, G(off_onorm_), N, H_, K_);
 
-  ops::GatedDeltaArgs<float> a;
-  a.B = B, a.T = T, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
-  a.q = qkv_, a.k = qkv_ + HK, a.v = qkv_ + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
-  a.g = g_, a.beta = beta_, a.doc_start = ds_;
   ops::GatedDeltaGrads<float> gr;
   gr.dq = dqkv, gr.dk = dqkv + HK, gr.dv = dqkv + 2 * HK, gr.dg = dg, gr.dbeta = dbeta;
-  ops::gated_delta_chunked_backward(a, cs_, buf, nullptr, gr);
+  ops::gated_delta_chunked_backward(delta_args(qkv_, g_, beta_, B, T, ds_, nullptr), cs_, buf, nullptr, gr);
 
   const float qscale = 1.f / std::sqrt(static_cast<float>(K_));
   ops::l2norm_backward<float>(qkv_, C3, rq_, dqkv, C3, dqkv, C3, N, H_, K_, qscale);
@@ -289,10 +299,8 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
     }
   }
 
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = T, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true;
-  c.u = proj_, c.w = P(off_conv_), c.doc_start = ds_;
-  ops::causal_conv1d_backward(c, dqkv, dproj, G(off_conv_), nullptr, nullptr);  // first 3HK columns of dproj
+  // First 3HK columns of dproj.
+  ops::causal_conv1d_backward(conv_args(proj_, B, T, ds_, nullptr), dqkv, dproj, G(off_conv_), nullptr, nullptr);
 
   ops::linear_backward(x, P(off_w_), dproj, dx, G(off_w_), N, D_, W);
   arena.release_to(mark);
@@ -323,17 +331,10 @@ void GatedDeltaNetMixer::step(const float* x, float* y, MixerState& state, i64 B
   float* o = beta + B * H_;      // [B, HK]
   float* z = o + B * HK;         // [B, HK]
   ops::linear_forward(x, P(off_w_), proj, B, D_, W);
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = 1, c.C = C3, c.W = kConv, c.u_row = W, c.silu = true, c.u = proj, c.w = P(off_conv_);
-  ops::causal_conv1d_step(c, st.conv.data(), qkv);
-  ops::l2norm_forward<float>(qkv, C3, qkv, C3, rs, B, H_, K_, kL2Eps, 1.f / std::sqrt(static_cast<float>(K_)));
-  ops::l2norm_forward<float>(qkv + HK, C3, qkv + HK, C3, rs, B, H_, K_, kL2Eps, 1.f);
+  ops::causal_conv1d_step(conv_args(proj, B, 1, nullptr, nullptr), st.conv.data(), qkv);
+  qk_l2norm_forward(qkv, rs, rs, B);
   gates_forward(proj, W, 4 * HK, B, H_, P(off_alog_), P(off_dtb_), g, beta);
-  ops::GatedDeltaArgs<float> a;
-  a.B = B, a.T = 1, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
-  a.q = qkv, a.k = qkv + HK, a.v = qkv + 2 * HK, a.q_stride = a.k_stride = a.v_stride = C3;
-  a.g = g, a.beta = beta;
-  ops::gated_delta_step(a, st.S.data(), o);
+  ops::gated_delta_step(delta_args(qkv, g, beta, B, 1, nullptr, nullptr), st.S.data(), o);
   out_gate_forward(o, proj + 3 * HK, W, P(off_onorm_), rs, true, z, B, H_, K_, kNormEps);
   ops::linear_forward(z, P(off_wo_), y, B, HK, D_);
   st.pos++;

@@ -9,12 +9,14 @@
 //   out = o_proj(RMSNorm_hd per head(o) * silu(gp))   (o_norm, eps 1e-5; norm before the gate)
 // Decoding keeps a constant-size state: the convs' last 3 inputs [B, 3, 3*H*hd] and S [B, H, hd, hd].
 #include "mixers/mixer.h"
+#include "ops/causal_conv1d.h"
+#include "ops/gated_delta.h"
 
 namespace hlm {
 
 class GatedDeltaNetMixer final : public Mixer {
  public:
-  GatedDeltaNetMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  GatedDeltaNetMixer(const MixerSpec& spec, ParamRegistry& reg);
   char letter() const override { return 'G'; }
   void init_custom(Rng& rng) override;
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
@@ -39,6 +41,15 @@ class GatedDeltaNetMixer final : public Mixer {
   i64 HK() const { return H_ * K_; }
   i64 Wp() const { return 4 * H_ * K_ + 2 * H_; }  // fused projection width: q | k | v | gp | b | a
   i64 chunk_state_budget(i64 B, i64 T) const;      // floats reserved for the saved chunk-entry states
+  // Kernel arguments on this layer's buffers: the three depthwise convs (one over 3HK channels) reading the
+  // q|k|v columns of the fused projection rows proj [B*T, Wp]; the gated delta rule on rows qkv [B*T, 3HK]
+  // with gates g, beta [B*T, H]. Initial states nullptr = zeros.
+  ops::CausalConv1dArgs conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
+                                  const float* conv_init) const;
+  ops::GatedDeltaArgs<float> delta_args(const float* qkv, const float* g, const float* beta, i64 B, i64 T,
+                                        const int32_t* doc_start, const float* S_init) const;
+  // In place on rows qkv [N, 3HK]: q = l2norm(q) / sqrt(K), k = l2norm(k), per head; 1/norms into rq, rk [N, H].
+  void qk_l2norm_forward(float* qkv, float* rq, float* rk, i64 N) const;
 
   // Forward of x[B, T, D] from (conv_init [B, 3, 3HK], S_init [B, H, K, K]; nullptr = zeros) to (conv_fin,
   // S_fin; nullptr = not needed; either may alias its init). Leaves the saved activations below in `arena`;

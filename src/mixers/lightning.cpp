@@ -9,7 +9,6 @@
 #include "ops/fast_exp.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
-#include "ops/scalar_decay_scan.h"
 
 namespace hlm {
 
@@ -46,24 +45,36 @@ std::vector<double> lightning_minimax_slopes(i64 n_heads, i64 layer, i64 n_layer
   return s;
 }
 
-LightningMixer::LightningMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
-  const auto& t = cfg.layer_type(layer);
-  D_ = cfg.d_model;
+LightningMixer::LightningMixer(const MixerSpec& spec, ParamRegistry& reg) {
+  const auto& t = spec.type;
+  D_ = spec.d_model;
   H_ = t.n_heads;
   hd_ = t.head_dim;
-  chunk_ = cfg.chunk_size;
+  chunk_ = spec.chunk_size;
   HLM_CHECK(H_ >= 1 && hd_ >= 1 && chunk_ >= 1, "lightning: layer {} needs n_heads, head_dim, chunk_size >= 1 (got {}, {}, {})",
-            layer, H_, hd_, chunk_);
-  slopes_ = lightning_minimax_slopes(H_, layer, cfg.n_layers);
-  const std::string p = "model.layers." + std::to_string(layer) + ".linear_attn.";
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+            spec.layer, H_, hd_, chunk_);
+  slopes_ = lightning_minimax_slopes(H_, spec.layer, spec.n_layers);
+  const std::string p = spec.name_prefix + "linear_attn.";
+  const double in_std = spec.init_std;
   // q|k|v|output_gate adjacent: one [4*H*hd, D] weight for a single matmul.
-  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK(), D_})).offset;
-  reg.add(p + "k_proj.weight", {HK(), D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "v_proj.weight", {HK(), D_}, Init::Normal, 0.02, 0, true, true);
-  reg.add(p + "output_gate.weight", {HK(), D_}, Init::Normal, 0.02, 0, true, true);
+  off_w_ = reg.info(reg.add(p + "q_proj.weight", {HK(), D_}, Init::Normal, in_std)).offset;
+  reg.add(p + "k_proj.weight", {HK(), D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "v_proj.weight", {HK(), D_}, Init::Normal, in_std, 0, true, true);
+  reg.add(p + "output_gate.weight", {HK(), D_}, Init::Normal, in_std, 0, true, true);
   off_norm_ = reg.info(reg.add(p + "norm.weight", {HK()}, Init::Ones, 0, 0, false)).offset;
-  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK()}, Init::Normal, out_std)).offset;
+  off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK()}, Init::Normal, spec.out_proj_init_std)).offset;
+}
+
+ops::ScalarDecayArgs LightningMixer::scan_args(const float* act, const float* g, i64 B, i64 T,
+                                               const int32_t* doc_start, const float* init) const {
+  const i64 HK = this->HK();
+  ops::ScalarDecayArgs a;
+  a.B = B, a.T = T, a.H = H_, a.Hk = H_, a.K = hd_, a.V = hd_, a.chunk = chunk_, a.scale = 1.f;
+  a.q_row = a.k_row = a.v_row = 4 * HK;
+  a.q = act, a.k = act + HK, a.v = act + 2 * HK, a.g = g;
+  a.initial_state = init;
+  a.doc_start = doc_start;
+  return a;
 }
 
 i64 LightningMixer::saved_floats(i64 B, i64 T) const {
@@ -103,12 +114,7 @@ void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* 
   for (i64 n = 0; n < N; ++n)
     for (i64 h = 0; h < H_; ++h) g_[n * H_ + h] = static_cast<float>(-slopes_[h]);
   ds_ = doc_start;
-  ops::ScalarDecayArgs a;
-  a.B = B, a.T = T, a.H = H_, a.Hk = H_, a.K = hd_, a.V = hd_, a.chunk = chunk_, a.scale = 1.f;
-  a.q_row = a.k_row = a.v_row = W4;
-  a.q = act_, a.k = act_ + HK, a.v = act_ + 2 * HK, a.g = g_;
-  a.initial_state = init;
-  a.doc_start = doc_start;
+  const ops::ScalarDecayArgs a = scan_args(act_, g_, B, T, doc_start, init);
   states_ = arena.floats(ops::scalar_decay_chunk_states_size(a), "lightning chunk states");
   o_ = arena.floats(N * HK, "lightning core out");  // [N, H, hd]
   ops::scalar_decay_chunked_forward(a, o_, fin, states_);
@@ -174,11 +180,7 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
   }, 16);
   float* d_o = nrm;  // the normalised o is no longer needed
   ops::rmsnorm_backward(o_, P(off_norm_), rstd_, du, d_o, G(off_norm_), N, HK);
-  ops::ScalarDecayArgs a;
-  a.B = B, a.T = T, a.H = H_, a.Hk = H_, a.K = hd_, a.V = hd_, a.chunk = chunk_, a.scale = 1.f;
-  a.q_row = a.k_row = a.v_row = W4;
-  a.q = act_, a.k = act_ + HK, a.v = act_ + 2 * HK, a.g = g_;
-  a.doc_start = ds_;
+  const ops::ScalarDecayArgs a = scan_args(act_, g_, B, T, ds_, nullptr);
   float* ws = arena.floats(ops::scalar_decay_backward_workspace_size(a), "lightning d: scan workspace");
   // dq | dk | dv land in the q|k|v slots of dpre (same strides as act); dg is unused (constant decay).
   ops::scalar_decay_chunked_backward(a, states_, d_o, nullptr, dpre, dpre + HK, dpre + 2 * HK, dg, nullptr, ws);
@@ -216,11 +218,7 @@ void LightningMixer::step(const float* x, float* y, MixerState& state, i64 B) {
   for (i64 b = 0; b < B; ++b) activate_row(pre.data() + b * W4, act.data() + b * W4, HK);
   for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < H_; ++h) g[b * H_ + h] = static_cast<float>(-slopes_[h]);
-  ops::ScalarDecayArgs a;
-  a.B = B, a.T = 1, a.H = H_, a.Hk = H_, a.K = hd_, a.V = hd_, a.scale = 1.f;
-  a.q_row = a.k_row = a.v_row = W4;
-  a.q = act.data(), a.k = act.data() + HK, a.v = act.data() + 2 * HK, a.g = g.data();
-  ops::scalar_decay_step(a, st.S.data(), o.data());
+  ops::scalar_decay_step(scan_args(act.data(), g.data(), B, 1, nullptr, nullptr), st.S.data(), o.data());
   ops::rmsnorm_forward(o.data(), P(off_norm_), o.data(), rstd.data(), B, HK, kNormEps);
   for (i64 b = 0; b < B; ++b)
     for (i64 i = 0; i < HK; ++i) o[b * HK + i] *= act[b * W4 + 3 * HK + i];

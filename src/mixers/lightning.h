@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "mixers/mixer.h"
+#include "ops/scalar_decay_scan.h"
 
 namespace hlm {
 
@@ -17,7 +18,7 @@ std::vector<double> lightning_minimax_slopes(i64 n_heads, i64 layer, i64 n_layer
 
 class LightningMixer final : public Mixer {
  public:
-  LightningMixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  LightningMixer(const MixerSpec& spec, ParamRegistry& reg);
   char letter() const override { return 'L'; }
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
   void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;
@@ -35,6 +36,10 @@ class LightningMixer final : public Mixer {
   // buffers come from `arena` and their pointers are kept in the members below for backward.
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init, float* fin,
            Arena& arena);
+
+  // The scalar-decay scan's arguments on rows act [B*T, 4*H*hd] (q|k|v|gate) with log decays g [B*T, H].
+  ops::ScalarDecayArgs scan_args(const float* act, const float* g, i64 B, i64 T, const int32_t* doc_start,
+                                 const float* init) const;
 
   i64 D_, H_, hd_, chunk_;
   i64 off_w_, off_norm_, off_wo_;  // off_w_: q|k|v|output_gate fused [4*H*hd, D]

@@ -7,11 +7,9 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "mixers/decay_init.h"
-#include "ops/causal_conv1d.h"
 #include "ops/fast_exp.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
-#include "ops/scalar_decay_scan.h"
 
 namespace hlm {
 
@@ -32,30 +30,29 @@ inline float softplus(float z) { return z > 20.f ? z : std::log1p(std::exp(z)); 
 
 }  // namespace
 
-Mamba2Mixer::Mamba2Mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg) {
-  const auto& t = cfg.layer_type(layer);
-  D_ = cfg.d_model;
-  di_ = cfg.mamba_expand * cfg.d_model;
+Mamba2Mixer::Mamba2Mixer(const MixerSpec& spec, ParamRegistry& reg) {
+  const auto& t = spec.type;
+  D_ = spec.d_model;
+  di_ = spec.mamba_expand * spec.d_model;
   P_ = t.head_dim;
-  N_ = cfg.mamba_d_state;
-  chunk_ = cfg.chunk_size;
+  N_ = spec.mamba_d_state;
+  chunk_ = spec.chunk_size;
   a_range_ = t.a_init_range;
   dt_range_ = t.dt_init_range;
   HLM_CHECK(P_ >= 1 && di_ % P_ == 0 && N_ >= 1 && chunk_ >= 1,
-            "mamba2: layer {}: d_inner {} must be a multiple of head_dim {}; d_state {} and chunk_size {} >= 1", layer,
-            di_, P_, N_, chunk_);
+            "mamba2: layer {}: d_inner {} must be a multiple of head_dim {}; d_state {} and chunk_size {} >= 1",
+            spec.layer, di_, P_, N_, chunk_);
   nh_ = di_ / P_;
-  const std::string p = "model.layers." + std::to_string(layer) + ".mixer.";
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
+  const std::string p = spec.name_prefix + "mixer.";
   const double cw = 1.0 / std::sqrt(static_cast<double>(kConv));  // PyTorch conv1d default bound, fan_in = 4
-  off_in_ = reg.info(reg.add(p + "in_proj.weight", {Win(), D_})).offset;
+  off_in_ = reg.info(reg.add(p + "in_proj.weight", {Win(), D_}, Init::Normal, spec.init_std)).offset;
   off_convw_ = reg.info(reg.add(p + "conv1d.weight", {Cc(), 1, kConv}, Init::Uniform, -cw, cw)).offset;
   off_convb_ = reg.info(reg.add(p + "conv1d.bias", {Cc()}, Init::Zeros, 0, 0, false)).offset;
   off_dtb_ = reg.info(reg.add(p + "dt_bias", {nh_}, Init::Custom, 0, 0, false)).offset;
   off_alog_ = reg.info(reg.add(p + "A_log", {nh_}, Init::Custom, 0, 0, false)).offset;
   off_D_ = reg.info(reg.add(p + "D", {nh_}, Init::Ones, 0, 0, false)).offset;
   off_norm_ = reg.info(reg.add(p + "norm.weight", {di_}, Init::Ones, 0, 0, false)).offset;
-  off_out_ = reg.info(reg.add(p + "out_proj.weight", {D_, di_}, Init::Normal, out_std)).offset;
+  off_out_ = reg.info(reg.add(p + "out_proj.weight", {D_, di_}, Init::Normal, spec.out_proj_init_std)).offset;
 }
 
 std::vector<float> Mamba2Mixer::decay_rates() const {
@@ -64,11 +61,29 @@ std::vector<float> Mamba2Mixer::decay_rates() const {
   return A;
 }
 
+ops::CausalConv1dArgs Mamba2Mixer::conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
+                                             const float* conv_init) const {
+  ops::CausalConv1dArgs c;
+  c.B = B, c.T = T, c.C = Cc(), c.W = kConv, c.u_row = Win(), c.silu = true;
+  c.u = pre + di_, c.w = P(off_convw_), c.bias = P(off_convb_), c.initial_state = conv_init, c.doc_start = doc_start;
+  return c;
+}
+
+ops::ScalarDecayArgs Mamba2Mixer::scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
+                                            const int32_t* doc_start, const float* ssm_init) const {
+  ops::ScalarDecayArgs a;
+  a.B = B, a.T = T, a.H = nh_, a.Hk = 1, a.K = N_, a.V = P_, a.chunk = chunk_, a.scale = 1.f;
+  a.q_row = a.k_row = Cc();
+  a.q = xbc + di_ + N_, a.k = xbc + di_, a.v = v, a.g = g;
+  a.initial_state = ssm_init;
+  a.doc_start = doc_start;
+  return a;
+}
+
 void Mamba2Mixer::init_custom(Rng& rng) {
-  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]), then A ~ U[1, 16] (mixers/decay_init.h). The bound buffer is the
-  // model's writable parameter store; the base class only hands out const views.
-  init_dt_bias(rng, dt_range_, const_cast<float*>(P(off_dtb_)), nh_);
-  init_a_log(rng, a_range_, const_cast<float*>(P(off_alog_)), nh_);
+  // mamba_ssm: dt ~ exp(U[ln 1e-3, ln 0.1]), then A ~ U[1, 16] (mixers/decay_init.h).
+  init_dt_bias(rng, dt_range_, init_view(off_dtb_), nh_);
+  init_a_log(rng, a_range_, init_view(off_alog_), nh_);
 }
 
 i64 Mamba2Mixer::saved_floats(i64 B, i64 T) const {
@@ -102,11 +117,8 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
   pre_ = arena.floats(N * Wi, "mamba2 in_proj");
   ops::linear_forward(x, P(off_in_), pre_, N, D_, Wi);  // [N, Win]: z | xBC | dt
   ds_ = doc_start;
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = T, c.C = C, c.W = kConv, c.u_row = Wi, c.silu = true;
-  c.u = pre_ + di, c.w = P(off_convw_), c.bias = P(off_convb_), c.initial_state = conv_init, c.doc_start = doc_start;
   xbc_ = arena.floats(N * C, "mamba2 xBC");  // [N, Cc]: x | B | C after conv + SiLU
-  ops::causal_conv1d_forward(c, xbc_, conv_fin);
+  ops::causal_conv1d_forward(conv_args(pre_, B, T, doc_start, conv_init), xbc_, conv_fin);
   dt_ = arena.floats(N * nh, "mamba2 dt");
   g_ = arena.floats(N * nh, "mamba2 log decay");
   v_ = arena.floats(N * di, "mamba2 dt x");  // [N, nh, P]
@@ -124,12 +136,7 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
         for (i64 p = 0; p < Pd; ++p) vr[p] = dt * xs[p];
       }
   }, 16);
-  ops::ScalarDecayArgs a;
-  a.B = B, a.T = T, a.H = nh, a.Hk = 1, a.K = N_, a.V = Pd, a.chunk = chunk_, a.scale = 1.f;
-  a.q_row = a.k_row = C;
-  a.q = xbc_ + di + N_, a.k = xbc_ + di, a.v = v_, a.g = g_;
-  a.initial_state = ssm_init;
-  a.doc_start = doc_start;
+  const ops::ScalarDecayArgs a = scan_args(xbc_, v_, g_, B, T, doc_start, ssm_init);
   states_ = arena.floats(ops::scalar_decay_chunk_states_size(a), "mamba2 chunk states");
   ys_ = arena.floats(N * di, "mamba2 ssm out");  // [N, nh, P]
   ops::scalar_decay_chunked_forward(a, ys_, ssm_fin, states_);
@@ -209,11 +216,7 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   float* dv = arena.floats(N * di, "mamba2 d: dt x");
   float* dg = arena.floats(N * nh, "mamba2 d: log decay");
   float* part = arena.floats(3 * N * nh, "mamba2 d: per-token partials");  // [3, N, nh]: D, A, dt_bias
-  ops::ScalarDecayArgs a;
-  a.B = B, a.T = T, a.H = nh, a.Hk = 1, a.K = N_, a.V = Pd, a.chunk = chunk_, a.scale = 1.f;
-  a.q_row = a.k_row = C;
-  a.q = xbc_ + di + N_, a.k = xbc_ + di, a.v = v_, a.g = g_;
-  a.doc_start = ds_;
+  const ops::ScalarDecayArgs a = scan_args(xbc_, v_, g_, B, T, ds_, nullptr);
   float* ws = arena.floats(ops::scalar_decay_backward_workspace_size(a), "mamba2 d: scan workspace");
   // dC and dB land in their xBC slots (q/k strides = Cc).
   ops::scalar_decay_chunked_backward(a, states_, dys, nullptr, dxbc + di + N_, dxbc + di, dv, dg, nullptr, ws);
@@ -257,10 +260,8 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
     G(off_alog_)[h] += static_cast<float>(sA * A);  // dA/dA_log = A
     G(off_dtb_)[h] += static_cast<float>(sB);
   }
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = T, c.C = C, c.W = kConv, c.u_row = Wi, c.silu = true;
-  c.u = pre_ + di, c.w = P(off_convw_), c.bias = P(off_convb_), c.doc_start = ds_;
-  ops::causal_conv1d_backward(c, dxbc, dpre + di, G(off_convw_), G(off_convb_), nullptr);
+  ops::causal_conv1d_backward(conv_args(pre_, B, T, ds_, nullptr), dxbc, dpre + di, G(off_convw_), G(off_convb_),
+                              nullptr);
   ops::linear_backward(x, P(off_in_), dpre, dx, G(off_in_), N, D_, Wi);
   arena.release_to(mark);
 }
@@ -285,10 +286,7 @@ void Mamba2Mixer::step(const float* x, float* y, MixerState& state, i64 B) {
       g(static_cast<size_t>(B * nh)), v(static_cast<size_t>(B * di)), o(static_cast<size_t>(B * di)),
       rstd(static_cast<size_t>(B));
   ops::linear_forward(x, P(off_in_), pre.data(), B, D_, Wi);
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = 1, c.C = C, c.W = kConv, c.u_row = Wi, c.silu = true;
-  c.u = pre.data() + di, c.w = P(off_convw_), c.bias = P(off_convb_);
-  ops::causal_conv1d_step(c, st.conv.data(), xbc.data());
+  ops::causal_conv1d_step(conv_args(pre.data(), B, 1, nullptr, nullptr), st.conv.data(), xbc.data());
   const float* dtb = P(off_dtb_);
   const std::vector<float> A = decay_rates();
   for (i64 b = 0; b < B; ++b)
@@ -297,11 +295,7 @@ void Mamba2Mixer::step(const float* x, float* y, MixerState& state, i64 B) {
       g[b * nh + h] = A[h] * dt;
       for (i64 p = 0; p < Pd; ++p) v[b * di + h * Pd + p] = dt * xbc[b * C + h * Pd + p];
     }
-  ops::ScalarDecayArgs a;
-  a.B = B, a.T = 1, a.H = nh, a.Hk = 1, a.K = N_, a.V = Pd, a.scale = 1.f;
-  a.q_row = a.k_row = C;
-  a.q = xbc.data() + di + N_, a.k = xbc.data() + di, a.v = v.data(), a.g = g.data();
-  ops::scalar_decay_step(a, st.ssm.data(), o.data());
+  ops::scalar_decay_step(scan_args(xbc.data(), v.data(), g.data(), B, 1, nullptr, nullptr), st.ssm.data(), o.data());
   const float* Dp = P(off_D_);
   for (i64 b = 0; b < B; ++b)
     for (i64 i = 0; i < di; ++i) {

@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "mixers/mixer.h"
+#include "ops/causal_conv1d.h"
+#include "ops/scalar_decay_scan.h"
 
 namespace hlm {
 
 class Mamba2Mixer final : public Mixer {
  public:
-  Mamba2Mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+  Mamba2Mixer(const MixerSpec& spec, ParamRegistry& reg);
   char letter() const override { return 'M'; }
   void init_custom(Rng& rng) override;
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
@@ -44,6 +46,12 @@ class Mamba2Mixer final : public Mixer {
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
            float* conv_fin, const float* ssm_init, float* ssm_fin, Arena& arena);
   std::vector<float> decay_rates() const;  // A = -exp(A_log) per head
+  // Kernel arguments on this layer's buffers: the conv over the xBC columns of the in_proj rows pre [B*T, Win];
+  // the SSM scan with q = C, k = B from rows xbc [B*T, Cc], v = dt x [B*T, di] and g = dt A [B*T, nh].
+  ops::CausalConv1dArgs conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
+                                  const float* conv_init) const;
+  ops::ScalarDecayArgs scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
+                                 const int32_t* doc_start, const float* ssm_init) const;
 
   // Saved by forward for backward (arena pointers).
   float *pre_ = nullptr;     // [B*T, Win] in_proj output (z | xBC before conv | dt before softplus)

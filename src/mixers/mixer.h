@@ -2,15 +2,16 @@
 // The mixer contract (docs/model.md, docs/design.md): each layer's sequence mixer owns its parameters
 // (registered by name), runs forward on a normalised input [B, T, D] saving what backward needs in the
 // step's arena, runs backward (input gradient overwritten, parameter gradients accumulated), counts its
-// FLOPs, and decodes one token at a time from a constant-size (or, for full attention, growing) state.
+// FLOPs, and decodes one token at a time from a constant-size (or, for full attention, growing) state. A mixer
+// is built from its MixerSpec (mixers/mixer_spec.h) and knows nothing else of the model.
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "core/arena.h"
+#include "core/params.h"
 #include "core/rng.h"
-#include "model/config.h"
-#include "model/params.h"
+#include "mixers/mixer_spec.h"
 
 namespace hlm {
 
@@ -34,13 +35,15 @@ class Mixer {
  public:
   virtual ~Mixer() = default;
   virtual char letter() const = 0;
-  void bind(const float* params, float* grads, i64 d_model) {
+  // params, grads: the flat buffers the registry's offsets index (core/params.h).
+  void bind(float* params, float* grads, i64 d_model) {
     params_ = params;
     grads_ = grads;
     d_model_ = d_model;
   }
 
-  // Initialises parameters registered with Init::Custom (e.g. Mamba-2's dt_bias, A_log).
+  // Initialises parameters registered with Init::Custom (e.g. Mamba-2's dt_bias, A_log), writing them
+  // through init_view().
   virtual void init_custom(Rng& rng) {}
 
   // x: [B, T, D] (the RMSNorm'd residual stream; kept alive by the caller until backward).
@@ -75,13 +78,15 @@ class Mixer {
   // Parameter / gradient pointer from a registry offset (ParamInfo::offset).
   const float* P(i64 offset) const { return params_ + offset; }
   float* G(i64 offset) const { return grads_ + offset; }
-  const float* params_ = nullptr;
+  // Writable parameter pointer, for init_custom only: forward, backward and decoding read through P().
+  float* init_view(i64 offset) const { return params_ + offset; }
+  float* params_ = nullptr;
   float* grads_ = nullptr;
   i64 max_span_ = 0;
   i64 d_model_ = 0;
 };
 
-// Creates layer `layer`'s mixer and registers its parameters under model.layers.{layer}.
-std::unique_ptr<Mixer> make_mixer(const ModelConfig& cfg, i64 layer, ParamRegistry& reg);
+// Creates the mixer of spec.letter and registers its parameters under spec.name_prefix.
+std::unique_ptr<Mixer> make_mixer(const MixerSpec& spec, ParamRegistry& reg);
 
 }  // namespace hlm

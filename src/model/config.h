@@ -2,7 +2,6 @@
 // Model configuration: JSON (docs/model.md), named presets, `--set key=value` overrides, and the
 // layer pattern. Parsing is strict: unknown keys, bad types and bad letters are errors that name the
 // source (file or preset) and the field.
-#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -10,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/tensor.h"
+#include "mixers/mixer_spec.h"  // LayerTypeOptions
 
 namespace hlm {
 
@@ -17,18 +17,6 @@ using json = nlohmann::json;
 
 // Mixer letters. F and S are softmax attention; L, M, G are linear recurrent mixers.
 inline constexpr const char* kMixerLetters = "FSLMG";
-
-struct LayerTypeOptions {
-  bool rope = true;
-  i64 window = 0;  // S only; 0 means full causal
-  i64 n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  bool qk_norm = false;
-  // M and G only: the ranges the per-head decay rate A (A_log = ln A, A ~ U[lo, hi]) and the step size dt
-  // (dt_bias = softplus^-1(dt), dt log-uniform in [lo, hi]) are drawn from at init. The defaults are
-  // mamba_ssm's (A in [1, 16]) and fla's GDN's (A in [0, 16]); both draw dt from [1e-3, 0.1], which forgets
-  // over a few to a few tens of tokens at init (see docs/mixers.md "Recall" for when to widen it).
-  std::array<double, 2> a_init_range{0, 0}, dt_init_range{0, 0};
-};
 
 struct ModelConfig {
   i64 d_model = 256, n_layers = 8, n_heads = 4, n_kv_heads = 4, head_dim = 64, d_ff = 768;

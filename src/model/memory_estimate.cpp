@@ -11,7 +11,7 @@
 
 #include "mixers/mixer.h"
 #include "model/model.h"
-#include "model/params.h"
+#include "core/params.h"
 
 namespace hlm {
 

@@ -16,8 +16,8 @@ namespace hlm {
 
 Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
   const i64 D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size;
-  const double out_std = 0.02 / std::sqrt(2.0 * cfg.n_layers);
-  off_embed_ = reg_.info(reg_.add("model.embed_tokens.weight", {V, D}, Init::Normal, 0.02, 0, false)).offset;
+  const double out_std = residual_out_init_std(cfg);
+  off_embed_ = reg_.info(reg_.add("model.embed_tokens.weight", {V, D}, Init::Normal, kWeightInitStd, 0, false)).offset;
   for (i64 l = 0; l < cfg.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerOffsets o;
@@ -25,13 +25,13 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
     mixers_.push_back(make_mixer(cfg, l, reg_));
     o.ln2 = reg_.info(reg_.add(p + "post_attention_layernorm.weight", {D}, Init::Ones, 0, 0, false)).offset;
     // gate_proj then up_proj back to back: one [2F, D] matmul.
-    o.w_gate_up = reg_.info(reg_.add(p + "mlp.gate_proj.weight", {F, D})).offset;
-    reg_.add(p + "mlp.up_proj.weight", {F, D}, Init::Normal, 0.02, 0, true, true);
+    o.w_gate_up = reg_.info(reg_.add(p + "mlp.gate_proj.weight", {F, D}, Init::Normal, kWeightInitStd)).offset;
+    reg_.add(p + "mlp.up_proj.weight", {F, D}, Init::Normal, kWeightInitStd, 0, true, true);
     o.w_down = reg_.info(reg_.add(p + "mlp.down_proj.weight", {D, F}, Init::Normal, out_std)).offset;
     lo_.push_back(o);
   }
   off_norm_ = reg_.info(reg_.add("model.norm.weight", {D}, Init::Ones, 0, 0, false)).offset;
-  off_head_ = reg_.info(reg_.add("lm_head.weight", {V, D})).offset;
+  off_head_ = reg_.info(reg_.add("lm_head.weight", {V, D}, Init::Normal, kWeightInitStd)).offset;
   store_.allocate(reg_.total_floats());
   for (auto& m : mixers_) m->bind(store_.data.data(), store_.grad.data(), cfg.d_model);
   init(0);

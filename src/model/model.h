@@ -1,15 +1,16 @@
 #pragma once
 // The decoder: embedding -> blocks (x += mixer(norm(x)); x += mlp(norm(x))) -> final norm -> LM head,
-// with cross-entropy fused into the head. One flat parameter buffer (model/params.h), one activation
+// with cross-entropy fused into the head. One flat parameter buffer (core/params.h), one activation
 // arena sized from (B, T) up front, forward saves what backward needs.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/params.h"
 #include "mixers/mixer.h"
 #include "model/config.h"
-#include "model/params.h"
+#include "model/layer_spec.h"
 
 namespace hlm {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
-#include "model/params.h"
+#include "core/params.h"
 
 namespace hlm {
 
