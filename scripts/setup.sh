@@ -10,6 +10,7 @@ PACKAGES=(
   libhwy-dev                                  # Google Highway: SIMD kernels per target, run-time dispatch
   ocl-icd-opencl-dev                          # OpenCL: Debian's dnnl-config.cmake requires it; libdnnl-dev only *recommends* it
   libsentencepiece-dev sentencepiece          # BPE tokenizer
+  libonig-dev libutf8proc-dev                 # Hugging Face byte-level BPE tokenizers: Oniguruma regexes, NFC
   zlib1g-dev                                  # .gz corpus files
   liblbfgs-dev                                # L-BFGS for scaling-law fits
   libopenmpi-dev openmpi-bin                  # MPI: data-parallel training under mpirun/srun (docs/distributed.md)

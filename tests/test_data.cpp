@@ -18,12 +18,14 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/byte_level_bpe.h"
 #include "data/byte_tokenizer.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/spm_trainer.h"
+#include "data/text_pipeline.h"
 #include "data/tokenizer.h"
 
 using namespace hlm;
@@ -784,4 +786,100 @@ TEST(DefaultCorpus, BuildsWithBpe4096) {
   TokenShard train(d.train_path), val(d.val_path);
   EXPECT_GT(val.n_tokens(), 100'000);
   EXPECT_GT(train.n_tokens(), 50 * val.n_tokens() / 2);
+}
+
+// ---- Hugging Face byte-level BPE (tokenizer.json) ----
+// tests/data/hf_bpe_<family>/: small BPEs trained by the `tokenizers` library with the text pipeline of GPT-2,
+// Llama 3 and Qwen2, and the ids and decodings `tokenizers` gave (tools/hf_check/make_bpe_fixtures.py).
+
+namespace {
+
+fs::path bpe_fixture(const std::string& family) { return fs::path(HLM_SOURCE_DIR) / "tests" / "data" / ("hf_bpe_" + family); }
+
+}  // namespace
+
+TEST(ByteLevelBpe, GivesTheIdsAndDecodingsOfHuggingFaceTokenizers) {
+  for (const std::string family : {"gpt2", "llama3", "qwen2"}) {
+    SCOPED_TRACE(family);
+    auto tok = load_tokenizer((bpe_fixture(family) / "tokenizer.json").string());
+    EXPECT_EQ(tok->name(), "hf-bpe423");
+    EXPECT_EQ(tok->vocab_size(), 423);
+    EXPECT_EQ(tok->eos_id(), 0);                            // <|endoftext|>
+    EXPECT_EQ(tok->bos_id(), family == "llama3" ? 1 : -1);  // <|im_start|> where tokenizer_config.json names one
+    const auto cases = nlohmann::json::parse(slurp((bpe_fixture(family) / "expected.json").string()));
+    ASSERT_EQ(cases.size(), 12u);
+    for (const auto& c : cases) {
+      const std::string text = c["text"];
+      SCOPED_TRACE(text);
+      const auto want = c["ids"].get<std::vector<std::int32_t>>();
+      EXPECT_EQ(tok->encode(text), want);
+      EXPECT_EQ(tok->decode(want), c["decoded"].get<std::string>());
+    }
+  }
+}
+
+TEST(ByteLevelBpe, NormalizesAndMatchesAddedTokensLikeTokenizers) {
+  auto qwen = load_tokenizer((bpe_fixture("qwen2") / "tokenizer.json").string());
+  // NFC: a decomposed e + combining acute encodes as the composed character.
+  EXPECT_EQ(qwen->encode("Cafe\u0301"), qwen->encode("Caf\u00e9"));
+  auto gpt2 = load_tokenizer((bpe_fixture("gpt2") / "tokenizer.json").string());
+  EXPECT_NE(gpt2->encode("Cafe\u0301"), gpt2->encode("Caf\u00e9"));  // no normalizer
+  // Special and added tokens are cut out whole, wherever they are; special ones decode to nothing.
+  EXPECT_EQ(qwen->encode("<|im_end|>"), std::vector<std::int32_t>{2});
+  EXPECT_EQ(qwen->encode("<think><|endoftext|>"), (std::vector<std::int32_t>{420, 0}));
+  EXPECT_EQ(qwen->decode({420, 0, 2, 421}), "<think></think>");
+  // Malformed UTF-8 is read as U+FFFD, as Python's errors="replace" would have it.
+  EXPECT_EQ(qwen->encode("a\xff b"), qwen->encode("a\ufffd b"));
+}
+
+TEST(ByteLevelBpe, ByteTableAndSplitBehaviours) {
+  EXPECT_EQ(byte_level_char(' '), "\u0120");  // "Ġ"
+  EXPECT_EQ(byte_level_char('A'), "A");
+  EXPECT_EQ(byte_level_char(0xAD), "\u0143");  // the 68th unprintable byte: 256 + 33 + 34
+  std::string b;
+  ASSERT_TRUE(byte_level_byte("\u0120", b));
+  EXPECT_EQ(b, " ");
+  EXPECT_FALSE(byte_level_byte("\u4e2d", b));
+  // The behaviours of a Split on "-", as `tokenizers` documents them for "the-final--countdown".
+  auto split = [](const std::string& behavior) {
+    const auto j = nlohmann::json::parse(R"({"type": "Split", "pattern": {"String": "-"}, "invert": false, "behavior": ")" +
+                                         behavior + "\"}");
+    return PreTokenizer::from_json(j, "t").split("the-final--countdown");
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(split("Isolated"), (V{"the", "-", "final", "-", "-", "countdown"}));
+  EXPECT_EQ(split("Removed"), (V{"the", "final", "countdown"}));
+  EXPECT_EQ(split("MergedWithPrevious"), (V{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(split("MergedWithNext"), (V{"the", "-final", "-", "-countdown"}));
+}
+
+TEST(ByteLevelBpe, RefusesWhatItCannotRunNamingTheKey) {
+  const auto good = nlohmann::json::parse(slurp((bpe_fixture("qwen2") / "tokenizer.json").string()));
+  const std::string config = slurp((bpe_fixture("qwen2") / "tokenizer_config.json").string());
+  TempDir dir("hfbpe");
+  auto try_json = [&](const nlohmann::json& t, const std::vector<std::string>& needles, bool with_config = true) {
+    fs::remove_all(dir.path);
+    write_file(dir / "tokenizer.json", t.dump());
+    if (with_config) write_file(dir / "tokenizer_config.json", config);
+    expect_error([&] { load_tokenizer(dir / "tokenizer.json"); }, needles);
+  };
+  auto edit = [&](auto&& change) {
+    nlohmann::json t = good;
+    change(t);
+    return t;
+  };
+  try_json(edit([](auto& t) { t["model"]["type"] = "Unigram"; }), {"tokenizer.json: model.type", "Unigram"});
+  try_json(edit([](auto& t) { t["model"]["byte_fallback"] = true; }), {"model.byte_fallback"});
+  try_json(edit([](auto& t) { t["model"]["merges"][5] = {"zz", "qq"}; }), {"model.merges[5]"});
+  try_json(edit([](auto& t) { t["normalizer"] = {{"type", "Lowercase"}}; }), {"normalizer.type", "Lowercase"});
+  try_json(edit([](auto& t) { t["pre_tokenizer"]["pretokenizers"][0]["type"] = "Whitespace"; }),
+           {"pre_tokenizer.pretokenizers[0].type", "Whitespace"});
+  try_json(edit([](auto& t) { t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed"; }),
+           {"pre_tokenizer.pretokenizers[0].pattern.Regex", "bad regex"});
+  try_json(edit([](auto& t) { t["pre_tokenizer"] = nullptr; }), {"no ByteLevel step"});
+  try_json(edit([](auto& t) { t["decoder"] = {{"type", "Metaspace"}}; }), {"decoder.type"});
+  try_json(edit([](auto& t) { t["added_tokens"][0]["lstrip"] = true; }), {"added_tokens[0].lstrip"});
+  try_json(good, {"tokenizer_config.json", "not found", "eos_token"}, /*with_config=*/false);
+  write_file(dir / "tokenizer_config.json", R"({"eos_token": "<|nope|>"})");
+  expect_error([&] { load_tokenizer(dir / "tokenizer.json"); }, {"tokenizer_config.json", "eos_token", "<|nope|>"});
 }

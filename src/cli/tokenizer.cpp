@@ -90,11 +90,11 @@ Command register_tokenizer(CLI::App& app) {
       ->check(seed_range());
 
   CLI::App* encode = sub->add_subcommand("encode", "Print the token ids of a text");
-  encode->add_option("--tokenizer", args->spec, "\"byte\" or a SentencePiece .model")->required();
+  encode->add_option("--tokenizer", args->spec, "\"byte\", a SentencePiece .model or a Hugging Face tokenizer.json")->required();
   encode->add_option("--text", args->text, "Text to encode")->required();
 
   CLI::App* decode = sub->add_subcommand("decode", "Print the text of space-separated token ids");
-  decode->add_option("--tokenizer", args->spec, "\"byte\" or a SentencePiece .model")->required();
+  decode->add_option("--tokenizer", args->spec, "\"byte\", a SentencePiece .model or a Hugging Face tokenizer.json")->required();
   decode->add_option("--ids", args->ids, "Token ids, e.g. \"72 105\"")->required();
 
   return {sub, [=]() -> int {

@@ -97,7 +97,7 @@ Command register_train(CLI::App& app) {
   o->model.add(sub);
   sub->add_option("--data", o->data, "'default' (built-in corpus), a text file/folder, or a prepared dataset folder")
       ->capture_default_str();
-  sub->add_option("--tokenizer", o->tokenizer, "byte | bpe:N | path/to.model (default bpe:4096)");
+  sub->add_option("--tokenizer", o->tokenizer, "byte | bpe:N | path/to.model | path/to/tokenizer.json (default bpe:4096)");
   sub->add_option("--steps", o->t.steps, "optimizer steps (total, also when resuming)")->capture_default_str()
       ->check(at_least(1));
   sub->add_option("--seq-len", o->t.seq_len, "tokens per row")->capture_default_str()

@@ -72,8 +72,8 @@ TokenizerRequest parse_tokenizer_spec(const std::string& spec_in) {
   } else {
     std::error_code ec;
     if (!fs::is_regular_file(spec, ec))
-      fail("tokenizer: SentencePiece model {} not found (give \"byte\", \"bpe:N\" to train one on the data, or an "
-           "existing .model file)",
+      fail("tokenizer: {} not found (give \"byte\", \"bpe:N\" to train one on the data, an existing SentencePiece "
+           ".model file or a Hugging Face tokenizer.json)",
            spec);
     r.kind = TokenizerRequest::kModelFile;
     r.model_path = fs::absolute(spec).lexically_normal().string();

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/byte_level_bpe.h"
 #include "data/byte_tokenizer.h"
 #include "data/spm_tokenizer.h"
 
@@ -327,6 +328,14 @@ void write_hf_tokenizer(const Tokenizer& tok, const std::string& out_dir, long m
     write_config_files(out, byte_tokenizer_json(), "", kByteEos, "", model_max_length);
     return;
   }
+  if (dynamic_cast<const ByteLevelBpeTokenizer*>(&tok)) {
+    // A Hugging Face tokenizer to begin with: its files go out as they came in.
+    const fs::path from = fs::path(tok.spec()).parent_path();
+    fs::copy_file(tok.spec(), out / "tokenizer.json", fs::copy_options::overwrite_existing);
+    for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(from / name)) fs::copy_file(from / name, out / name, fs::copy_options::overwrite_existing);
+    return;
+  }
   const auto* spm = dynamic_cast<const SentencePieceTokenizer*>(&tok);
   if (!spm) fail("export --format hf: tokenizer '{}' has no Hugging Face form", tok.spec());
   const SpmModel m = parse_spm(spm->path());
@@ -353,8 +362,16 @@ HfTokenizerImport import_hf_tokenizer(const std::string& hf_dir, const std::stri
       fail("{}: malformed JSON: {}", (dir / "tokenizer.json").string(), e.what());
     }
     if (is_byte_tokenizer_json(t)) return {"byte", ""};
-    return {"", "tokenizer.json is not hybridlm's byte tokenizer and there is no SentencePiece tokenizer.model; "
-                "hybridlm runs only those two kinds (pass --tokenizer to commands)"};
+    // Otherwise a byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM3 style) if hybridlm can run it exactly (loading
+    // refuses what it cannot), copied with its tokenizer_config.json (eos_token, bos_token).
+    try {
+      ByteLevelBpeTokenizer check((dir / "tokenizer.json").string());
+    } catch (const Error& e) {
+      return {"", fmt::format("{} (pass --tokenizer to commands)", e.what())};
+    }
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(dir / name)) fs::copy_file(dir / name, fs::path(out_dir) / name, fs::copy_options::overwrite_existing);
+    return {ByteLevelBpeTokenizer(fs::absolute(fs::path(out_dir) / "tokenizer.json").string()).spec(), ""};
   }
   return {"", "the folder has neither tokenizer.json nor tokenizer.model (pass --tokenizer to commands)"};
 }

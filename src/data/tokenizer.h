@@ -2,6 +2,8 @@
 // The tokenizer interface and the one entry point that turns a spec into a tokenizer.
 //   "byte"          -> ByteTokenizer (ids 0..255 are bytes, 256 = <eos>)
 //   "<path>.model"  -> SentencePieceTokenizer loaded from that file
+//   "<path>.json"   -> ByteLevelBpeTokenizer: a Hugging Face byte-level BPE tokenizer.json (with its
+//                      tokenizer_config.json alongside for eos_token / bos_token)
 // <eos> separates documents in token shards; a model's vocab may be larger than vocab_size().
 #include <cstdint>
 #include <memory>
@@ -27,7 +29,7 @@ class Tokenizer {
   virtual std::string spec() const = 0;
 };
 
-// "byte" or a path to a SentencePiece .model. Throws hlm::Error naming the file when it is missing
+// "byte", a path to a SentencePiece .model, or a path to a tokenizer.json. Throws hlm::Error naming the file when it is missing
 // or unreadable.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 

@@ -214,6 +214,47 @@ def check_imports(hlm, work, ids):
         report(f"refuse import {name}", p.returncode != 0 and key in msg, msg[:160])
 
 
+def check_bpe_tokenizers(hlm, work):
+    """Byte-level BPE tokenizers saved by transformers (the files a downloaded SmolLM3 / Llama 3 / Qwen3 folder
+    has): import keeps them, hybridlm encodes and decodes as transformers does, export writes them back."""
+    from transformers import PreTrainedTokenizerFast
+    from make_bpe_fixtures import TEXTS as FIXTURE_TEXTS, build
+    texts = TEXTS + FIXTURE_TEXTS
+    for family in ("gpt2", "llama3", "qwen2"):
+        name = f"tokenizer byte-level BPE {family}: import, encode, decode, export"
+        try:
+            hf = os.path.join(work, f"bpe_{family}_hf")
+            cfg = SmolLM3Config(**{**IMPORT_BASE, "vocab_size": 448, "tie_word_embeddings": False})
+            AutoModelForCausalLM.from_config(cfg).save_pretrained(hf)
+            PreTrainedTokenizerFast(tokenizer_object=build(family), eos_token="<|endoftext|>").save_pretrained(hf)
+            runs = os.path.join(work, f"bpe_{family}")
+            run(hlm, "import", hf, "--out", runs)
+            spec = json.load(open(os.path.join(runs, "run.json"))).get("tokenizer", "")
+            out = os.path.join(work, f"bpe_{family}_export")
+            run(hlm, "export", "--ckpt", runs, "--format", "hf", "--out", out)
+            bad = []
+            for folder in (hf, out):
+                tok = AutoTokenizer.from_pretrained(folder)
+                for text in texts:
+                    got = tok.encode(text, add_special_tokens=False)
+                    mine = [int(x) for x in run(hlm, "tokenizer", "encode", "--tokenizer", spec, "--text", text).split()]
+                    if got != mine:
+                        bad.append(f"{folder}: {text!r}: hf {got[:12]} hybridlm {mine[:12]}")
+                        continue
+                    if not got:
+                        continue
+                    want = tok.decode(got, skip_special_tokens=True)
+                    back = subprocess.run([hlm, "tokenizer", "decode", "--tokenizer", spec, "--ids",
+                                           " ".join(map(str, got))], capture_output=True, check=True).stdout
+                    if back.decode("utf-8", errors="replace") != want:  # bytes: keep "\r\n" as it is
+                        bad.append(f"{text!r}: hf decodes to {want!r}, hybridlm to {back!r}")
+            report(name, spec.endswith("tokenizer.json") and not bad,
+                   f"{len(texts)} texts x (imported, re-exported): same ids and decodings" if not bad
+                   else "; ".join(bad)[:600])
+        except Exception as e:  # noqa: BLE001
+            report(name, False, str(e))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--hybridlm", required=True, help="path to the hybridlm binary")
@@ -235,9 +276,10 @@ def main():
     check_exports(a.hybridlm, work, ids)
     check_tokenizers(a.hybridlm, work)
     check_imports(a.hybridlm, work, ids)
+    check_bpe_tokenizers(a.hybridlm, work)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
-    total = len(EXPORT_CASES) + len(REFUSED_EXPORTS) + 2 + len(IMPORT_CASES) + 3
+    total = len(EXPORT_CASES) + len(REFUSED_EXPORTS) + 2 + len(IMPORT_CASES) + 3 + 3
     print(f"hf_check: {total - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 

@@ -1,0 +1,65 @@
+#pragma once
+// A byte-level BPE tokenizer read from a Hugging Face `tokenizer.json` (GPT-2, Llama 3, Qwen2/3, SmolLM3
+// style): added tokens are cut out first, the rest is normalized, pre-tokenized (data/text_pipeline.h),
+// mapped to byte-level characters and merged by BPE rank within each piece. The end-of-sequence and
+// beginning-of-sequence tokens come from the `tokenizer_config.json` next to the file (`eos_token`,
+// `bos_token`). Encoding is thread-safe. What is refused, and why, is in docs/hf.md.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "data/text_pipeline.h"
+#include "data/tokenizer.h"
+
+namespace hlm::data {
+
+class ByteLevelBpeTokenizer final : public Tokenizer {
+ public:
+  // Throws hlm::Error naming the file and the JSON key of anything it cannot run exactly.
+  explicit ByteLevelBpeTokenizer(const std::string& tokenizer_json_path);
+
+  std::vector<std::int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<std::int32_t>& ids) const override;
+  int vocab_size() const override { return static_cast<int>(id_to_token_.size()); }
+  int eos_id() const override { return eos_; }
+  int bos_id() const override { return bos_; }
+  std::string name() const override { return "hf-bpe" + std::to_string(vocab_size()); }
+  std::string spec() const override { return path_; }
+
+ private:
+  struct AddedToken {
+    std::string content;
+    std::int32_t id;
+    bool special, normalized;
+  };
+  struct Merge {
+    std::int32_t rank, id;
+  };
+
+  void load_model(const nlohmann::json& model, const std::string& where);
+  void load_added_tokens(const nlohmann::json& list, const std::string& where);
+  void load_special_ids(const std::string& config_path);
+  // Appends the ids of a text segment that holds no added token.
+  void encode_plain(std::string_view segment, std::vector<std::int32_t>& ids) const;
+  // Splits `text` at the added tokens of one kind (leftmost, longest first); calls plain(segment) for the
+  // text between them and appends the ids of the tokens.
+  template <typename Plain>
+  void cut_added(std::string_view text, bool normalized, std::vector<std::int32_t>& ids, Plain&& plain) const;
+  void merge_word(const std::string& word, std::vector<std::int32_t>& ids) const;
+
+  std::string path_;
+  TextNormalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
+  std::unordered_map<std::string, std::int32_t> vocab_;
+  std::unordered_map<std::uint64_t, Merge> merges_;  // (left id, right id) -> rank and merged id
+  std::vector<std::string> id_to_token_;
+  std::vector<AddedToken> added_;  // longest content first
+  std::array<std::vector<std::uint32_t>, 256> added_by_first_byte_;  // indices into added_, longest first
+  std::vector<char> is_special_;   // by id
+  std::int32_t unk_ = -1, eos_ = -1, bos_ = -1;
+  bool ignore_merges_ = false;
+};
+
+}  // namespace hlm::data
