@@ -30,11 +30,11 @@ class GatedDeltaNetMixer final : public Mixer {
 
   i64 n_heads() const { return H_; }
   i64 head_dim() const { return K_; }
+  static constexpr i64 kConv = 4;            // conv width
+  static constexpr float kNormEps = 1e-5f;   // o_norm (the Hugging Face export compares it)
 
  private:
-  static constexpr i64 kConv = 4;            // conv width
   static constexpr float kL2Eps = 1e-6f;     // q, k L2 norm
-  static constexpr float kNormEps = 1e-5f;   // o_norm
   i64 D_, H_, K_, chunk_;
   std::array<double, 2> a_range_, dt_range_;  // init ranges of A and dt (layer_types.G)
   i64 off_w_, off_conv_, off_alog_, off_dtb_, off_onorm_, off_wo_;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "mixers/gdn.h"
 #include "mixers/mamba2.h"
 
 namespace hlm {
@@ -31,8 +32,7 @@ std::string refusal(char letter, const std::string& layers) {
                  ? "layer type G (Gated DeltaNet): Qwen3Next, the transformers architecture with Gated DeltaNet and "
                    "attention layers, gates the output of its full-attention layers (q_proj yields a query and a "
                    "sigmoid gate) and always applies QK-norm; hybridlm's F and S layers have no output gate"
-                 : "layer type G (Gated DeltaNet): a model of G layers only would map to Qwen3Next's "
-                   "linear_attention layers, but that export is not implemented";
+                 : "layer type G (Gated DeltaNet)";
     default:
       return fmt::format("layer type {}: no transformers architecture", letter);
   }
@@ -148,10 +148,39 @@ HfExport export_bamba(const ModelConfig& c, const std::string& layers, const HfS
   return {"BambaForCausalLM", j};
 }
 
+// G layers only: Qwen3Next with every layer `linear_attention` and a dense MLP (no experts). Its Gated DeltaNet
+// is hybridlm's with the projections fused per key head (hf_weights.cpp) and zero-centred block norms (1 + w).
+HfExport export_qwen3next(const ModelConfig& c, const HfSpecialTokens& special) {
+  const LayerTypeOptions& g = c.type('G');
+  if (static_cast<float>(c.norm_eps) != GatedDeltaNetMixer::kNormEps)
+    fail("export --format hf: norm_eps {} with G layers: Qwen3Next's Gated DeltaNet output norm uses rms_norm_eps, "
+         "hybridlm's uses {} (set norm_eps={} to export)",
+         c.norm_eps, GatedDeltaNetMixer::kNormEps, GatedDeltaNetMixer::kNormEps);
+  json j = common_keys(c, g, special);
+  j["architectures"] = {"Qwen3NextForCausalLM"};
+  j["model_type"] = "qwen3_next";
+  j["num_attention_heads"] = g.n_heads;  // unused (no attention layers), but checked by the config
+  j["num_key_value_heads"] = g.n_heads;
+  j["layer_types"] = std::vector<std::string>(static_cast<size_t>(c.n_layers), "linear_attention");
+  j["linear_conv_kernel_dim"] = GatedDeltaNetMixer::kConv;
+  j["linear_key_head_dim"] = g.head_dim;
+  j["linear_value_head_dim"] = g.head_dim;
+  j["linear_num_key_heads"] = g.n_heads;
+  j["linear_num_value_heads"] = g.n_heads;
+  j["num_experts"] = 0;  // every MLP dense
+  j["mlp_only_layers"] = json::array();
+  for (i64 l = 0; l < c.n_layers; ++l) j["mlp_only_layers"].push_back(l);
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}, {"partial_rotary_factor", 1.0}};
+  // transformers 5.24's cache asks an attention layer for the sequence length, and this model has none.
+  j["use_cache"] = false;
+  return {"Qwen3NextForCausalLM", j};
+}
+
 }  // namespace
 
 HfExport hf_export_config(const ModelConfig& c, const HfSpecialTokens& special) {
   const std::string layers = c.layer_pattern();
+  if (layers.find_first_not_of('G') == std::string::npos) return export_qwen3next(c, special);
   for (char ch : layers)
     if (ch == 'L' || ch == 'G') fail("export --format hf: {}", refusal(ch, layers));
   const bool has_m = layers.find('M') != std::string::npos;

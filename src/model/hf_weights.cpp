@@ -1,6 +1,7 @@
 #include "model/hf_weights.h"
 
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "mixers/gdn.h"
 #include "model/hf_config.h"
 
 namespace hlm {
@@ -96,14 +98,79 @@ bool is_rotary_buffer(const std::string& name) {
   return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Qwen3Next's tensors for a model of G layers. Its Gated DeltaNet fuses the projections per key head:
+// in_proj_qkvz rows are, for each head h, q_h | k_h | v_h | z_h (K rows each; z is hybridlm's gate g_proj), and
+// in_proj_ba rows b_h | a_h; conv1d is hybridlm's q | k | v convs stacked; its block norms are zero-centred
+// (it multiplies by 1 + w), so they are written as w - 1. `keep` owns the new buffers until the write.
+void add_qwen3next_tensors(Model& m, SafeTensorsWriter& w, std::deque<std::vector<float>>& keep) {
+  const ParamRegistry& reg = m.registry();
+  auto data = [&](const std::string& name) -> std::pair<const ParamInfo*, const float*> {
+    const ParamInfo& p = reg.info(reg.find(name));
+    return {&p, m.params() + p.offset};
+  };
+  std::set<std::string> fused;
+  for (const ParamInfo& p : reg.all()) {
+    const float* src = m.params() + p.offset;
+    const size_t at = p.name.find(".linear_attn.");
+    if (at == std::string::npos) {
+      if (ends_with(p.name, "layernorm.weight") || p.name == "model.norm.weight") {
+        std::vector<float>& v = keep.emplace_back(src, src + p.shape.numel());
+        for (float& x : v) x -= 1.0f;
+        w.add_f32(p.name, p.shape, v.data());
+      } else {
+        w.add_f32(p.name, p.shape, src);
+      }
+      continue;
+    }
+    const std::string pre = p.name.substr(0, at + std::strlen(".linear_attn."));
+    if (!fused.insert(pre).second) continue;
+    auto [qi, q] = data(pre + "q_proj.weight");
+    const i64 H = data(pre + "a_proj.weight").first->shape[0], D = qi->shape[1], K = qi->shape[0] / H;
+    std::vector<float>& qkvz = keep.emplace_back();
+    std::vector<float>& ba = keep.emplace_back();
+    for (i64 h = 0; h < H; ++h) {
+      for (const char* part : {"q_proj", "k_proj", "v_proj", "g_proj"}) {
+        const float* rows = data(pre + part + ".weight").second + h * K * D;
+        qkvz.insert(qkvz.end(), rows, rows + K * D);
+      }
+      for (const char* part : {"b_proj", "a_proj"}) {
+        const float* row = data(pre + part + ".weight").second + h * D;
+        ba.insert(ba.end(), row, row + D);
+      }
+    }
+    std::vector<float>& conv = keep.emplace_back();
+    for (const char* part : {"q_conv1d", "k_conv1d", "v_conv1d"}) {
+      auto [ci, c] = data(pre + part + ".weight");
+      conv.insert(conv.end(), c, c + ci->shape.numel());
+    }
+    w.add_f32(pre + "in_proj_qkvz.weight", {4 * H * K, D}, qkvz.data());
+    w.add_f32(pre + "in_proj_ba.weight", {2 * H, D}, ba.data());
+    w.add_f32(pre + "conv1d.weight", {3 * H * K, 1, GatedDeltaNetMixer::kConv}, conv.data());
+    for (auto [from, to] : {std::pair{"A_log", "A_log"}, {"dt_bias", "dt_bias"}, {"o_norm.weight", "norm.weight"},
+                            {"o_proj.weight", "out_proj.weight"}}) {
+      auto [info, d] = data(pre + from);
+      w.add_f32(pre + to, info->shape, d);
+    }
+  }
+}
+
 }  // namespace
 
 void write_hf_weights(const Model& model, const std::string& architecture, const std::string& path) {
   Model& m = const_cast<Model&>(model);
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
-  for (const auto& p : model.registry().all())
-    w.add_f32(hf_tensor_name(architecture, p.name), p.shape, m.params() + p.offset);
+  std::deque<std::vector<float>> keep;
+  if (architecture == "Qwen3NextForCausalLM") {
+    add_qwen3next_tensors(m, w, keep);
+  } else {
+    for (const auto& p : model.registry().all())
+      w.add_f32(hf_tensor_name(architecture, p.name), p.shape, m.params() + p.offset);
+  }
   w.write(path);
 }
 

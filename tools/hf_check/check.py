@@ -55,7 +55,7 @@ def hf_logits(path_or_model, ids):
         m = AutoModelForCausalLM.from_pretrained(m, dtype=torch.float32, attn_implementation="eager")
     m.eval()
     with torch.no_grad():
-        return m(torch.tensor([ids])).logits[0].float()
+        return m(torch.tensor([ids]), use_cache=False).logits[0].float()
 
 
 def corpus_text():
@@ -80,6 +80,8 @@ EXPORT_CASES = [
      "Qwen3ForCausalLM"),
     ("MMFM Mamba-2 + RoPE attention (Bamba)", ["pattern=MMFM", "layer_types.M.head_dim=16", "mamba_d_state=16",
                                                 "norm_eps=1e-5"], "BambaForCausalLM"),
+    ("GGGG Gated DeltaNet only (Qwen3Next)", ["pattern=GGGG", "layer_types.G.head_dim=16", "norm_eps=1e-5"],
+     "Qwen3NextForCausalLM"),
 ]
 REFUSED_EXPORTS = [
     ("QK-norm + NoPE", ["pattern=SSSF", "layer_types.F.rope=false", "layer_types.F.qk_norm=true",
@@ -89,6 +91,7 @@ REFUSED_EXPORTS = [
     ("Mamba-2 + SWA", ["pattern=MMSF", "layer_types.M.head_dim=16", "mamba_d_state=16", "norm_eps=1e-5"],
      "S layers next to M"),
     ("Gated DeltaNet hybrid", ["pattern=GGGF", "layer_types.G.head_dim=16"], "layer type G"),
+    ("Gated DeltaNet only, norm_eps 1e-6", ["pattern=GGGG", "layer_types.G.head_dim=16"], "norm_eps"),
     ("Lightning hybrid", ["pattern=LLLF"], "layer type L"),
 ]
 SMALL = ["d_model=64", "n_layers=4", "n_heads=4", "n_kv_heads=2", "head_dim=16", "d_ff=96", "vocab_size=512",
