@@ -15,7 +15,6 @@
 #include "core/arena.h"
 #include "core/params.h"
 #include "core/rng.h"
-#include "core/safetensors.h"
 #include "mixers/mixer.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -131,19 +130,6 @@ inline std::vector<float> slice_tokens(const std::vector<float>& v, i64 T, i64 D
   return std::vector<float>(v.begin() + (b * T + t0) * D, v.begin() + (b * T + t1) * D);
 }
 
-// doc_start of packed rows from each row's document start positions (starts[b][0] == 0).
-inline std::vector<int32_t> packed_doc_start(i64 T, const std::vector<std::vector<i64>>& starts) {
-  std::vector<int32_t> ds;
-  for (const auto& row : starts) {
-    size_t k = 0;
-    for (i64 t = 0; t < T; ++t) {
-      while (k + 1 < row.size() && row[k + 1] <= t) ++k;
-      ds.push_back(static_cast<int32_t>(row[k]));
-    }
-  }
-  return ds;
-}
-
 // Packed rows == each document run alone: outputs, input gradients and the accumulated parameter gradients
 // within relative `tol`. Returns the packed forward output.
 inline std::vector<float> expect_packed_equals_separate(MixerRig& rig, const std::vector<float>& x,
@@ -180,6 +166,17 @@ inline void expect_decode_and_pieces_equal_forward(MixerRig& rig, const std::vec
   for (i64 t1 : cuts) rig.prefill(x, out, B, T, *st, t0, t1), t0 = t1;
   rig.prefill(x, out, B, T, *st, t0, T);
   EXPECT_TRUE(close_rel(out, y, tol, "span prefill"));
+}
+
+// Forward keeps at most saved_floats in the arena; forward + backward peak at most saved + scratch.
+inline void expect_arena_within_bounds(MixerRig& rig, const std::vector<float>& x, i64 B, i64 T,
+                                       const int32_t* doc_start = nullptr) {
+  const std::size_t saved = static_cast<std::size_t>(rig.m->saved_floats(B, T)) * sizeof(float);
+  const std::size_t scratch = static_cast<std::size_t>(rig.m->scratch_floats(B, T)) * sizeof(float);
+  rig.forward(x, B, T, doc_start);
+  EXPECT_LE(rig.arena.used(), saved);
+  rig.backward(x, x, B, T, doc_start);
+  EXPECT_LE(rig.arena.high_water(), saved + scratch);
 }
 
 // Richardson-extrapolated central difference of a float function: O(h^4) truncation, fp32 round-off
@@ -271,38 +268,6 @@ inline void check_grads_fp32_richardson(MixerRig& rig, const std::vector<float>&
     const double fd = richardson(w, loss, 1e-2f * std::max(1.f, std::fabs(w)));
     const double an = g[p.offset + best];
     EXPECT_NEAR(an, fd, 2e-3 + 0.02 * std::fabs(fd)) << what << " " << p.name << "[" << best << "]";
-  }
-}
-
-// The golden file tests/data/golden_<name>.safetensors (tools/reference/make_golden.py, float64 PyTorch):
-// logits, loss and every parameter gradient of the whole model against the stored values.
-inline void check_golden_model(const std::string& name, double tol) {
-  const std::string path = std::string(HLM_SOURCE_DIR) + "/tests/data/golden_" + name + ".safetensors";
-  const SafeTensorsFile f = SafeTensorsFile::read(path);
-  const ModelConfig cfg = ModelConfig::from_json(json::parse(f.meta("config")), path);
-  Model m(cfg);
-  for (const auto& p : m.registry().all()) {
-    const float* src = f.get_f32(p.name, p.shape);
-    std::copy(src, src + p.shape.numel(), m.params() + p.offset);
-  }
-  const SafeTensor& ids = f.get("input_ids");
-  const i64 B = ids.shape.dims[0], T = ids.shape.dims[1], V = cfg.vocab_size;
-  const int32_t* in = ids.i32();
-  const int32_t* tg = f.get("targets").i32();
-  m.plan(B, T);
-  std::vector<float> logits = nan_vec(static_cast<size_t>(B * T * V));
-  m.forward_logits(in, nullptr, B, T, logits.data());
-  const float* want_logits = f.get_f32("logits", Shape{B, T, V});
-  EXPECT_TRUE(close_rel(logits, std::vector<double>(want_logits, want_logits + B * T * V), tol, name + " logits"));
-  m.zero_grad();
-  i64 n = 0;
-  const double loss = m.forward(in, tg, nullptr, B, T, &n) / static_cast<double>(n);
-  EXPECT_NEAR(loss, f.get_f32("loss", Shape{1})[0], tol * std::fabs(loss)) << name << " loss";
-  m.backward(1.0f / static_cast<float>(n));
-  for (const auto& p : m.registry().all()) {
-    const float* want = f.get_f32("grad." + p.name, p.shape);
-    std::vector<float> got(m.grads() + p.offset, m.grads() + p.offset + p.shape.numel());
-    EXPECT_TRUE(close_rel(got, std::vector<double>(want, want + p.shape.numel()), tol, name + " grad." + p.name));
   }
 }
 

@@ -136,14 +136,8 @@ KernelOut run_kernel(const Case& c, const std::vector<float>& qkv, const std::ve
 // Gradient slots only (the padding holds 7 in the kernel run and 0 in the reference).
 template <typename V>
 std::vector<double> slots(const Case& c, const V& full, int which) {
-  const i64 st = c.stride();
   const i64 off = which == 0 ? c.qoff() : which == 1 ? c.koff() : c.voff();
-  const i64 n = (which == 0 ? c.H : c.Hkv) * c.hd;
-  std::vector<double> out;
-  out.reserve(c.B * c.T * n);
-  for (i64 t = 0; t < c.B * c.T; ++t)
-    for (i64 j = 0; j < n; ++j) out.push_back(full[t * st + off + j]);
-  return out;
+  return unpack_rows(full, c.B * c.T, c.stride(), off, (which == 0 ? c.H : c.Hkv) * c.hd);
 }
 
 void check_padding(const Case& c, const std::vector<float>& g) {
@@ -280,14 +274,7 @@ TEST(Attention, PackedDocumentsEqualSeparateRuns) {
   const std::vector<std::vector<i64>> docs = {{40, 1, 70, 39}, {150}};
   for (i64 W : {i64{0}, i64{23}}) {
     Case c{2, T, 4, 2, 32, W};
-    std::vector<int32_t> ds(2 * T);
-    for (i64 b = 0; b < 2; ++b) {
-      i64 t0 = 0;
-      for (i64 len : docs[b]) {
-        for (i64 t = t0; t < t0 + len; ++t) ds[b * T + t] = static_cast<int32_t>(t0);
-        t0 += len;
-      }
-    }
+    std::vector<int32_t> ds = doc_start_from_lengths(T, docs);
     auto qkv = randn(c.B * T * c.stride(), 61 + W);
     auto dout = randn(c.B * T * c.H * c.hd, 62);
     auto packed = run_kernel(c, qkv, &dout, &ds);

@@ -50,17 +50,7 @@ struct ConvData {
       init.resize(c.B * (c.W - 1) * c.C);
       for (auto& x : init) x = r.normal();
     }
-    if (!c.docs.empty()) {
-      ds.resize(c.B * c.T);
-      for (i64 b = 0; b < c.B; ++b) {
-        i64 t = 0;
-        for (i64 len : c.docs[b]) {
-          for (i64 i = 0; i < len; ++i) ds[b * c.T + t + i] = static_cast<int32_t>(t);
-          t += len;
-        }
-        EXPECT_EQ(t, c.T);
-      }
-    }
+    if (!c.docs.empty()) ds = doc_start_from_lengths(c.T, c.docs);
   }
 };
 
@@ -118,12 +108,7 @@ struct ConvRun {
     dinit.assign(a.B * (a.W - 1) * a.C, nan);
     causal_conv1d_backward(a, dyr.data(), du.data(), dw.data(), dbias.data(), dinit.data());
   }
-  std::vector<double> du_dense() const {
-    std::vector<double> out;
-    for (i64 i = 0; i < a.B * a.T; ++i)
-      for (i64 ch = 0; ch < a.C; ++ch) out.push_back(du[i * a.u_row + ch]);
-    return out;
-  }
+  std::vector<double> du_dense() const { return unpack_rows(du, a.B * a.T, a.u_row, 0, a.C); }
 };
 
 std::vector<ConvCase> cases() {

@@ -144,8 +144,7 @@ TEST(Cli, CtrlCSavesACheckpointAndExits) {
 }
 
 // hybridlm recall: trains the small recall model on MQAR (one per pattern and learning rate), prints one line
-// per curve point, writes the JSON result (with the best lr per pattern) and the chart; bad task sizes, learning
-// rates and config keys are one-line errors. ~1 s.
+// per curve point, writes the JSON result (with the best lr per pattern) and the chart. ~1 s.
 TEST(Cli, RecallTrainsAndWritesItsCurves) {
   const fs::path out = tmp_root() / "recall.json", svg = tmp_root() / "recall.svg";
   Result r = run("recall --pattern SL,SM --lr 0.003,0.001 --steps 30 --eval-every 15 --eval-rows 64 --out " +
@@ -183,6 +182,7 @@ TEST(Cli, RecallTrainsAndWritesItsCurves) {
   EXPECT_NE(chart.find("SM"), std::string::npos);
 }
 
+// Bad task sizes, patterns, learning rates and config keys are one-line errors.
 TEST(Cli, RecallRefusesBadTaskAndModelFlags) {
   expect_error(run("recall --kv-pairs 40"), "seq_len");
   expect_error(run("recall --pattern SQ"), "unknown layer letter 'Q'");

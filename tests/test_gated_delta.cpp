@@ -66,25 +66,6 @@ Problem make_problem(i64 B, i64 T, i64 H, i64 K, i64 V, i64 C, uint64_t seed, bo
   return p;
 }
 
-// doc_start for rows given as lists of document lengths (each list sums to T).
-std::vector<int32_t> make_doc_start(i64 T, const std::vector<std::vector<i64>>& rows) {
-  std::vector<int32_t> ds;
-  for (const auto& docs : rows) {
-    i64 start = 0;
-    for (i64 len : docs) {
-      for (i64 j = 0; j < len; ++j) ds.push_back(static_cast<int32_t>(start));
-      start += len;
-    }
-    EXPECT_EQ(start, T);
-  }
-  return ds;
-}
-
-template <typename F, typename G>
-std::vector<F> cast(const std::vector<G>& x) {
-  return std::vector<F>(x.begin(), x.end());
-}
-
 // The problem in precision F with its argument struct.
 template <typename F>
 struct Typed {
@@ -113,13 +94,9 @@ struct Result {
 // Dense [N, H, D] from a strided buffer; the row padding must still be NaN (never written).
 template <typename F>
 std::vector<double> unpad(const std::vector<F>& x, i64 N, i64 HD, i64 stride, const char* what) {
-  std::vector<double> out;
-  out.reserve(N * HD);
-  for (i64 n = 0; n < N; ++n) {
-    for (i64 i = 0; i < HD; ++i) out.push_back(x[n * stride + i]);
+  for (i64 n = 0; n < N; ++n)
     for (i64 i = HD; i < stride; ++i) EXPECT_TRUE(std::isnan(double(x[n * stride + i]))) << what << " padding written";
-  }
-  return out;
+  return unpack_rows(x, N, stride, 0, HD);
 }
 
 enum class Mode { Recurrent, Chunked, ChunkedSaved };
@@ -281,7 +258,7 @@ TEST(GatedDelta, ChunkedFloatMatchesDoubleAtModelSize) {
 TEST(GatedDelta, RecurrentBackwardMatchesFiniteDifferences) {
   for (bool packed : {false, true}) {
     Problem p = make_problem(2, 7, 2, 3, 4, 3, 8);
-    if (packed) p.ds = make_doc_start(7, {{3, 4}, {1, 2, 4}});
+    if (packed) p.ds = doc_start_from_lengths(7, {{3, 4}, {1, 2, 4}});
     const i64 N = p.B * p.T;
     auto wo = rand_like(N * p.H * p.V, 9), wf = rand_like(p.B * p.H * p.K * p.V, 10);
     auto loss = [&]() {
@@ -355,7 +332,7 @@ void check_packing(Mode mode, double tol) {
   const i64 T = 37, H = 2, K = 8, V = 6, C = 8;
   const std::vector<std::vector<i64>> rows = {{5, 20, 1, 11}, {16, 21}, {37}};
   Problem p = make_problem(3, T, H, K, V, C, 15);
-  p.ds = make_doc_start(T, rows);
+  p.ds = doc_start_from_lengths(T, rows);
   auto dO = rand_like(p.B * T * H * V, 16), dfin = rand_like(p.B * H * K * V, 17);
   Result got = run<F>(p, mode, dO, dfin);
   const i64 KV = K * V;
@@ -412,7 +389,7 @@ TEST(GatedDelta, PackedDocumentsMatchSeparateRuns) {
 TEST(GatedDelta, PackedChunkedMatchesPackedRecurrent) {
   // Document boundaries at every offset inside a chunk, incl. one-token documents and a boundary at t = 1.
   Problem p = make_problem(2, 40, 2, 8, 8, 16, 18);
-  p.ds = make_doc_start(40, {{1, 3, 13, 1, 1, 17, 4}, {16, 17, 7}});
+  p.ds = doc_start_from_lengths(40, {{1, 3, 13, 1, 1, 17, 4}, {16, 17, 7}});
   auto dO = rand_like(p.B * p.T * p.H * p.V, 19), dfin = rand_like(p.B * p.H * p.K * p.V, 20);
   Result want = run<double>(p, Mode::Recurrent, dO, dfin);
   Result naive;
@@ -480,7 +457,7 @@ TEST(GatedDelta, StepDecodeMatchesFullForward) {
 
 TEST(GatedDelta, SavedChunkStatesGiveBitwiseSameGradientsAndRunsAreDeterministicAcrossThreadCounts) {
   Problem p = make_problem(2, 100, 3, 32, 16, 32, 22);
-  p.ds = make_doc_start(100, {{40, 60}, {100}});
+  p.ds = doc_start_from_lengths(100, {{40, 60}, {100}});
   auto dO = rand_like(p.B * p.T * p.H * p.V, 23), dfin = rand_like(p.B * p.H * p.K * p.V, 24);
   Result a = run<float>(p, Mode::Chunked, dO, dfin), b = run<float>(p, Mode::ChunkedSaved, dO, dfin),
          c = run<float>(p, Mode::Chunked, dO, dfin);

@@ -17,7 +17,19 @@ using namespace hlm;
 
 namespace {
 
-void check_golden(const std::string& name) {
+// The bounds of the golden checks (relative RMS error for tensors, absolute for losses), the same for every file.
+// Measured on the five files: logits 1.3e-7 - 2.5e-7, parameter gradients (sums over all B*T tokens, through
+// every layer) at most 8.2e-7.
+struct GoldenTol {
+  double logits = 2e-6;
+  double loss = 2e-6;
+  double grads = 1e-5;
+  double curve_per_step = 2e-5;  // the AdamW loss curve: errors grow with each step
+};
+
+// The file's config and parameters in the C++ model: logits, loss and every parameter gradient on its batch,
+// then its 10-step AdamW loss curve.
+void check_golden(const std::string& name, const GoldenTol& tol = {}) {
   const std::string path = std::string(HLM_SOURCE_DIR) + "/tests/data/golden_" + name + ".safetensors";
   SafeTensorsFile f = SafeTensorsFile::read(path);
   ModelConfig cfg = ModelConfig::from_json(nlohmann::json::parse(f.meta("config")), path);
@@ -32,21 +44,23 @@ void check_golden(const std::string& name) {
   const int32_t* in = ids.i32();
   const int32_t* tg = f.get("targets").i32();
 
-  std::vector<float> logits(static_cast<size_t>(B * T * V));
+  m.plan(B, T);
+  std::vector<float> logits = hlm::testing::nan_vec(static_cast<size_t>(B * T * V));
   m.forward_logits(in, nullptr, B, T, logits.data());
   const float* want_logits = f.get_f32("logits", {B, T, V});
-  EXPECT_TRUE(hlm::testing::close_rel(logits, std::vector<float>(want_logits, want_logits + B * T * V), 2e-6,
-                                 name + " logits"));
+  EXPECT_TRUE(hlm::testing::close_rel(logits, std::vector<float>(want_logits, want_logits + B * T * V), tol.logits,
+                                      name + " logits"));
 
   i64 n = 0;
   m.zero_grad();
   const double loss = m.forward(in, tg, nullptr, B, T, &n) / static_cast<double>(n);
-  EXPECT_NEAR(loss, f.get("loss").f32()[0], 2e-6) << name;
+  EXPECT_NEAR(loss, f.get_f32("loss", {1})[0], tol.loss) << name;
   m.backward(1.0f / static_cast<float>(n));
   for (const auto& p : m.registry().all()) {
     const float* want = f.get_f32("grad." + p.name, p.shape);
     std::vector<float> got(m.grads() + p.offset, m.grads() + p.offset + p.shape.numel());
-    EXPECT_TRUE(hlm::testing::close_rel(got, std::vector<float>(want, want + p.shape.numel()), 1e-4, name + " grad " + p.name));
+    EXPECT_TRUE(hlm::testing::close_rel(got, std::vector<float>(want, want + p.shape.numel()), tol.grads,
+                                        name + " grad " + p.name));
   }
 
   AdamWConfig ac;
@@ -61,7 +75,7 @@ void check_golden(const std::string& name) {
   for (i64 s = 0; s < losses.numel(); ++s) {
     m.zero_grad();
     const double l = m.forward(in, tg, nullptr, B, T, &n) / static_cast<double>(n);
-    EXPECT_NEAR(l, losses.f32()[s], 2e-5 * (1 + s)) << name << " loss after " << s << " AdamW steps";
+    EXPECT_NEAR(l, losses.f32()[s], tol.curve_per_step * (1 + s)) << name << " loss after " << s << " AdamW steps";
     m.backward(1.0f / static_cast<float>(n));
     opt.clip(m.grads());
     opt.step(m.params(), m.grads(), ac.lr);

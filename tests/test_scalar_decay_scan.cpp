@@ -71,32 +71,11 @@ struct Data {
       init.resize(c.B * c.H * c.K * c.V);
       for (auto& x : init) x = 0.5 * r.normal();
     }
-    if (!c.docs.empty()) {
-      ds.resize(BT);
-      for (i64 b = 0; b < c.B; ++b) {
-        i64 t = 0;
-        for (i64 len : c.docs[b]) {
-          for (i64 i = 0; i < len; ++i) ds[b * c.T + t + i] = static_cast<int32_t>(t);
-          t += len;
-        }
-        EXPECT_EQ(t, c.T) << "bad doc lengths in test case";
-      }
-    }
+    if (!c.docs.empty()) ds = doc_start_from_lengths(c.T, c.docs);
   }
   size_t o_size() const { return cs.B * cs.T * cs.H * cs.V; }
   size_t state_size() const { return cs.B * cs.H * cs.K * cs.V; }
 };
-
-// Dense [rows, nh, d] copy of the head slots of a strided buffer.
-template <typename R>
-std::vector<double> slots(const std::vector<R>& x, i64 rows, i64 row, i64 nh, i64 hs, i64 d) {
-  std::vector<double> out;
-  out.reserve(rows * nh * d);
-  for (i64 i = 0; i < rows; ++i)
-    for (i64 h = 0; h < nh; ++h)
-      for (i64 e = 0; e < d; ++e) out.push_back(x[i * row + h * hs + e]);
-  return out;
-}
 
 template <typename R>
 ::testing::AssertionResult padding_kept(const std::vector<R>& x, i64 rows, i64 row, i64 nh, i64 hs, i64 d) {
@@ -137,11 +116,6 @@ void reference_forward(const Data& d, std::vector<double>& o, std::vector<double
       }
       std::copy(S.begin(), S.end(), fin.begin() + (b * c.H + h) * c.K * c.V);
     }
-}
-
-template <typename R>
-std::vector<R> cast(const std::vector<double>& x) {
-  return {x.begin(), x.end()};
 }
 
 // One kernel run (forward, and backward when dout is given), inputs cast to R.
@@ -200,9 +174,9 @@ struct ScanRun {
   std::vector<std::vector<double>> grads(const Data& d) const {
     const Case& c = d.cs;
     const i64 BT = c.B * c.T;
-    return {slots(dq, BT, d.qr, c.Hk, d.qh, c.K),
-            slots(dk, BT, d.kr, c.Hk, d.kh, c.K),
-            slots(dv, BT, d.vr, c.H, d.vh, c.V),
+    return {unpack_heads(dq, BT, d.qr, 0, c.Hk, d.qh, c.K),
+            unpack_heads(dk, BT, d.kr, 0, c.Hk, d.kh, c.K),
+            unpack_heads(dv, BT, d.vr, 0, c.H, d.vh, c.V),
             {dg.begin(), dg.end()},
             {dinit.begin(), dinit.end()}};
   }

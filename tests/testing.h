@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/tensor.h"
 
 namespace hlm::testing {
 
@@ -28,6 +29,61 @@ inline std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// The same values in another element type (a problem built in double, run in float).
+template <typename To, typename From>
+std::vector<To> cast(const std::vector<From>& v) {
+  return std::vector<To>(v.begin(), v.end());
+}
+
+// Dense [rows, n_heads * head_width] in double from a strided buffer: row i starts at i * row_stride + offset,
+// head h at + h * head_stride (a slot of a fused row such as attention's [q | k | v], or heads with padding).
+template <typename V>
+std::vector<double> unpack_heads(const V& x, i64 rows, i64 row_stride, i64 offset, i64 n_heads, i64 head_stride,
+                                 i64 head_width) {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(rows * n_heads * head_width));
+  for (i64 i = 0; i < rows; ++i)
+    for (i64 h = 0; h < n_heads; ++h)
+      for (i64 e = 0; e < head_width; ++e) out.push_back(static_cast<double>(x[i * row_stride + offset + h * head_stride + e]));
+  return out;
+}
+template <typename V>
+std::vector<double> unpack_rows(const V& x, i64 rows, i64 row_stride, i64 offset, i64 width) {
+  return unpack_heads(x, rows, row_stride, offset, 1, width, width);
+}
+
+// doc_start ([B, T]: each token's document start) of packed rows, from each row's document start positions
+// (starts[b][0] == 0, increasing).
+inline std::vector<int32_t> packed_doc_start(i64 T, const std::vector<std::vector<i64>>& starts) {
+  std::vector<int32_t> ds;
+  for (const auto& row : starts) {
+    size_t k = 0;
+    for (i64 t = 0; t < T; ++t) {
+      while (k + 1 < row.size() && row[k + 1] <= t) ++k;
+      ds.push_back(static_cast<int32_t>(row[k]));
+    }
+  }
+  return ds;
+}
+// The same from each row's document lengths (each row's lengths sum to T).
+inline std::vector<int32_t> doc_start_from_lengths(i64 T, const std::vector<std::vector<i64>>& lengths) {
+  std::vector<std::vector<i64>> starts;
+  for (const auto& row : lengths) {
+    i64 start = 0;
+    starts.emplace_back();
+    for (i64 len : row) starts.back().push_back(start), start += len;
+    EXPECT_EQ(start, T) << "document lengths of a row must sum to T";
+  }
+  return packed_doc_start(T, starts);
+}
+// A document start every `period` tokens in each of B rows (the probe's max span, many short documents).
+inline std::vector<int32_t> periodic_doc_start(i64 B, i64 T, i64 period) {
+  std::vector<int32_t> ds(static_cast<size_t>(B * T));
+  for (i64 b = 0; b < B; ++b)
+    for (i64 t = 0; t < T; ++t) ds[b * T + t] = static_cast<int32_t>(t - t % period);
+  return ds;
+}
 
 // Relative RMS error ||a - b|| / max(||b||, tiny). Reports worst index and first values on failure.
 template <typename A, typename B>

@@ -332,6 +332,233 @@ void attention_forward_impl(const AttentionShape& s, const float* q, i64 q_strid
 }
 
 // ---- backward -----------------------------------------------------------------------------------------
+namespace {
+
+// One worker's part of the backward (docs/attention.md "Backward", steps 1-6): for its current work item
+// (b, kv head, segment of query tiles) the item's packed key tiles and dK/dV accumulators [T, hd] (summed
+// over the query heads of the group); for the current query tile its Q, dO, D, lse and dQ; for the current
+// tile pair P and dS. The buffers are the worker's scratch slots 0-9.
+struct BackwardWork {
+  const Geom& g;
+  const float *q, *k, *v, *o, *lse, *dout;
+  float *dq, *dk, *dv;
+  i64 q_stride, kv_stride, o_stride;  // o, dout: [B, T, H, hd]
+  const int32_t* lo;                  // first visible key per query (first_keys)
+  float c2, scale;                    // scale * log2(e) (P in the log2 domain), and scale
+
+  float *kt_all, *vt_all, *k_all;  // per key tile, packed on first use: K^T, V^T [nt][hd][64], K rows [T, hd]
+  float *dk_own, *dv_own;          // dK, dV accumulators [T, hd] when nseg == 1 (else the segment partials)
+  float *qbuf, *dobuf, *dqacc;     // the query tile's Q, dO and dQ [64, hd]
+  float *pbuf, *dsbuf;             // S then P, dP then dS * scale  [64 queries, 64 keys]
+  std::vector<char> packed;        // key tile j already packed for this item
+  TileMask tm;
+  Prefetcher pf;
+  float lse2[kTile], Drow[kTile];  // the query tile's lse (log2 domain) and D = rowsum(dO * O)
+
+  // The current item, query head and query tile.
+  i64 b = 0, gh = 0, seg = 0, nseg = 1, h = 0, it = 0, i0 = 0;
+  int nq = 0;
+  const int32_t* lo_row = nullptr;
+  float *dkacc = nullptr, *dvacc = nullptr;
+
+  BackwardWork(const Geom& g_, i64 nseg_, const float* q_, i64 q_stride_, const float* k_, const float* v_,
+               i64 kv_stride_, const float* o_, const float* lse_, const float* dout_, float* dq_, float* dk_,
+               float* dv_, const int32_t* lo_)
+      : g(g_), q(q_), k(k_), v(v_), o(o_), lse(lse_), dout(dout_), dq(dq_), dk(dk_), dv(dv_), q_stride(q_stride_),
+        kv_stride(kv_stride_), o_stride(g_.H * g_.hd), lo(lo_), c2(g_.scale * kLog2e), scale(g_.scale), nseg(nseg_) {
+    const size_t row_n = static_cast<size_t>(g.nt * kTile * g.hd), tile_n = static_cast<size_t>(kTile * g.hd);
+    kt_all = scratch(0, row_n);
+    vt_all = scratch(1, row_n);
+    k_all = scratch(2, row_n);
+    dk_own = nseg > 1 ? nullptr : scratch(3, row_n);
+    dv_own = nseg > 1 ? nullptr : scratch(4, row_n);
+    qbuf = scratch(5, tile_n);
+    dobuf = scratch(6, tile_n);
+    dqacc = scratch(7, tile_n);
+    pbuf = scratch(8, kTile * kTile);
+    dsbuf = scratch(9, kTile * kTile);
+    packed.resize(static_cast<size_t>(g.nt));
+  }
+
+  // A new item: its dK/dV accumulators (its own, or its segment's partial) start at zero, no key tile packed.
+  void start_item(i64 seg_, i64 b_, i64 gh_, float* dk_part, float* dv_part, i64 part_n) {
+    seg = seg_, b = b_, gh = gh_;
+    const i64 T = g.T, hd = g.hd;
+    dkacc = nseg > 1 ? dk_part + seg * part_n + (b * g.Hkv + gh) * T * hd : dk_own;
+    dvacc = nseg > 1 ? dv_part + seg * part_n + (b * g.Hkv + gh) * T * hd : dv_own;
+    std::fill(dkacc, dkacc + T * hd, 0.f);
+    std::fill(dvacc, dvacc + T * hd, 0.f);
+    std::fill(packed.begin(), packed.end(), 0);
+  }
+
+  // Step 1: query tile `it` of head `h`: Q and dO rows copied, D = rowsum(dO * O), lse in the log2 domain,
+  // dQ zeroed.
+  void load_query_tile(i64 h_, i64 it_) {
+    h = h_, it = it_, i0 = it * kTile;
+    const i64 T = g.T, hd = g.hd;
+    nq = static_cast<int>(std::min<i64>(kTile, T - i0));
+    lo_row = lo + b * T + i0;
+    pack_rows(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, qbuf);
+    pack_rows(dout + (b * T + i0) * o_stride + h * hd, o_stride, nq, hd, dobuf);
+    for (int r = 0; r < nq; ++r) {
+      Drow[r] = dot(o + (b * T + i0 + r) * o_stride + h * hd, dobuf + r * hd, hd);
+      lse2[r] = lse[(b * g.H + h) * T + i0 + r] * kLog2e;
+    }
+    std::fill(dqacc, dqacc + nq * hd, 0.f);
+  }
+
+  // The rows to request while this tile is computed: its dQ rows, the item's next query tile (the next head's
+  // first after the last) and the next key tile not yet packed.
+  void plan_prefetch(i64 j_last) {
+    const i64 T = g.T, hd = g.hd, nt = g.nt;
+    pf.flush();
+    pf.clear();
+    pf.add(dq + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, true);
+    const i64 it1 = next_tile(it, seg, nseg, nt);
+    const i64 h1 = it1 < nt ? h : h + 1, i1 = (it1 < nt ? it1 : next_tile(-1, seg, nseg, nt)) * kTile;
+    if (h1 < (gh + 1) * g.hpg) {
+      const i64 n1 = std::min<i64>(kTile, T - i1);
+      pf.add(q + (b * T + i1) * q_stride + h1 * hd, q_stride, n1, hd, false);
+      pf.add(dout + (b * T + i1) * o_stride + h1 * hd, o_stride, n1, hd, false);
+      pf.add(o + (b * T + i1) * o_stride + h1 * hd, o_stride, n1, hd, false);
+    }
+    if (j_last + 1 < nt && !packed[j_last + 1]) {
+      const i64 k1 = (b * T + (j_last + 1) * kTile) * kv_stride + gh * hd;
+      const i64 n1 = std::min<i64>(kTile, T - (j_last + 1) * kTile);
+      pf.add(k + k1, kv_stride, n1, hd, false);
+      pf.add(v + k1, kv_stride, n1, hd, false);
+    }
+  }
+
+  // Step 2: key tile j as K^T, V^T (for S and dP) and K rows (for dQ), once per item, on first use.
+  void pack_key_tile(i64 j, int nk) {
+    if (packed[j]) return;
+    const i64 hd = g.hd, src = (b * g.T + j * kTile) * kv_stride + gh * hd;
+    pack_t(k + src, kv_stride, nk, hd, 1.f, kt_all + j * hd * kTile);
+    pack_t(v + src, kv_stride, nk, hd, 1.f, vt_all + j * hd * kTile);
+    pack_rows(k + src, kv_stride, nk, hd, k_all + j * kTile * hd);
+    packed[j] = 1;
+  }
+
+  // Steps 3-5 for the query rows r0 .. r0+mr-1 of the tile pair with key tile j (a block of kRB rows).
+  void query_block(i64 j, int rb) {
+    const i64 hd = g.hd;
+    const int r0 = rb * kRB, mr = std::min(kRB, nq - r0);
+    const int v0 = tm.v0[rb], v1 = tm.v1[rb];
+    float* prow0 = pbuf + r0 * kTile;
+    float* dsrow0 = dsbuf + r0 * kTile;
+    if (v0 == v1) {  // the block sees no key of this tile
+      std::fill(prow0, prow0 + mr * kTile, 0.f);
+      std::fill(dsrow0, dsrow0 + mr * kTile, 0.f);
+      return;
+    }
+    // Step 3: S = Q K^T and dP = dO V^T on the visible vectors of this row block.
+    pf.step(8);
+    block(mr, 16 * (v1 - v0), hd, qbuf + r0 * hd, hd, 1, kt_all + j * hd * kTile + 16 * v0, kTile, prow0 + 16 * v0,
+          kTile, false);
+    block(mr, 16 * (v1 - v0), hd, dobuf + r0 * hd, hd, 1, vt_all + j * hd * kTile + 16 * v0, kTile, dsrow0 + 16 * v0,
+          kTile, false);
+    // Step 4: P = 2^(S c2 - lse2), dS = P (dP - D) scale; zero outside the visible range (the transposed
+    // products of step 6 read whole columns).
+    for (int r = r0; r < r0 + mr; ++r) softmax_grad_row(r, v0, v1);
+    // Step 5: dQ[r0:r0+mr] += dS K over the keys these rows see (dS already carries the scale).
+    const int kb = tm.kb[rb], ke = tm.ke[rb];
+    block(mr, hd, ke - kb, dsrow0 + kb, kTile, 1, k_all + j * kTile * hd + kb * hd, hd, dqacc + r0 * hd, hd, true);
+  }
+
+  // Step 4 for query row r, whose visible keys lie in the 16-key vectors [v0, v1) of its block.
+  void softmax_grad_row(int r, int v0, int v1) {
+    float* prow = pbuf + r * kTile;
+    float* dsrow = dsbuf + r * kTile;
+    const int cl = tm.cl[r], ch = tm.ch[r];
+    const DF d;
+    const VF vc2 = hn::Set(d, c2), vl = hn::Set(d, lse2[r]), vD = hn::Set(d, Drow[r]), vs = hn::Set(d, scale);
+    for (int c0 = 0; c0 < kTile; c0 += static_cast<int>(hn::Lanes(d))) {
+      if (c0 < 16 * v0 || c0 >= 16 * v1) {
+        hn::StoreU(hn::Zero(d), d, prow + c0);
+        hn::StoreU(hn::Zero(d), d, dsrow + c0);
+        continue;
+      }
+      const VF p = exp2_masked(d, hn::MulSub(hn::LoadU(d, prow + c0), vc2, vl), in_range(c0, cl, ch));
+      const VF dp = hn::Sub(hn::LoadU(d, dsrow + c0), vD);
+      hn::StoreU(p, d, prow + c0);
+      hn::StoreU(hn::Mul(hn::Mul(p, dp), vs), d, dsrow + c0);
+    }
+  }
+
+  // Step 6: dV += P^T dO and dK += dS^T Q for the keys c0 .. c0+mc-1 of the tile starting at k0 (a block of kRB
+  // keys), over the query rows that see them.
+  void key_block(i64 k0, int nk, int cb) {
+    const i64 hd = g.hd;
+    const int c0 = cb * kRB, mc = std::min(kRB, nk - c0);
+    int ra = nq, rz = -1;
+    for (int c = c0; c < c0 + mc; ++c)
+      if (tm.ql[c] <= tm.qh[c]) ra = std::min(ra, tm.ql[c]), rz = std::max(rz, tm.qh[c]);
+    if (rz < 0) return;
+    const i64 nr = rz - ra + 1;
+    pf.step(8);
+    block(mc, hd, nr, pbuf + ra * kTile + c0, 1, kTile, dobuf + ra * hd, hd, dvacc + (k0 + c0) * hd, hd, true);
+    block(mc, hd, nr, dsbuf + ra * kTile + c0, 1, kTile, qbuf + ra * hd, hd, dkacc + (k0 + c0) * hd, hd, true);
+  }
+
+  // Steps 2-6 for the current query tile and key tile j.
+  void tile_pair(i64 j) {
+    const i64 k0 = j * kTile;
+    const int nk = static_cast<int>(std::min<i64>(kTile, g.T - k0));
+    pack_key_tile(j, nk);
+    tm.build(lo_row, i0, nq, k0, nk);
+    for (int rb = 0; rb * kRB < nq; ++rb) query_block(j, rb);
+    for (int cb = 0; cb * kRB < nk; ++cb) key_block(k0, nk, cb);
+  }
+
+  // Steps 1-6 for query tile `it` of head `h`, over the key tiles in its band; its dQ is written once.
+  void query_tile(i64 h_, i64 it_) {
+    load_query_tile(h_, it_);
+    const i64 j_first = lo_row[0] / kTile, j_last = (i0 + nq - 1) / kTile;
+    plan_prefetch(j_last);
+    for (i64 j = j_first; j <= j_last; ++j) tile_pair(j);
+    for (int r = 0; r < nq; ++r)
+      std::memcpy(dq + (b * g.T + i0 + r) * q_stride + h * g.hd, dqacc + r * g.hd, g.hd * sizeof(float));
+  }
+
+  // The item's dK and dV rows (nseg == 1: its accumulators are the result).
+  void store_dk_dv() {
+    const i64 T = g.T, hd = g.hd;
+    for (i64 t = 0; t < T; ++t) {
+      if (t + 8 < T) {
+        __builtin_prefetch(dk + (b * T + t + 8) * kv_stride + gh * hd, 1, 2);
+        __builtin_prefetch(dv + (b * T + t + 8) * kv_stride + gh * hd, 1, 2);
+      }
+      std::memcpy(dk + (b * T + t) * kv_stride + gh * hd, dkacc + t * hd, hd * sizeof(float));
+      std::memcpy(dv + (b * T + t) * kv_stride + gh * hd, dvacc + t * hd, hd * sizeof(float));
+    }
+  }
+};
+
+// nseg > 1: dK and dV as the sum of the segments' partials [nseg, B, Hkv, T, hd], in segment order.
+void sum_segment_partials(const Geom& g, i64 nseg, const float* dk_part, const float* dv_part, float* dk, float* dv,
+                          i64 kv_stride) {
+  const i64 T = g.T, hd = g.hd, Hkv = g.Hkv, part_n = g.B * Hkv * T * hd;
+#pragma omp parallel for schedule(static) if (g.par)
+  for (i64 bt = 0; bt < g.B * T; ++bt) {
+    const i64 b = bt / T, t = bt % T;
+    for (i64 gh = 0; gh < Hkv; ++gh) {
+      float* dkr = dk + bt * kv_stride + gh * hd;
+      float* dvr = dv + bt * kv_stride + gh * hd;
+      const i64 off = ((b * Hkv + gh) * T + t) * hd;
+      std::memcpy(dkr, dk_part + off, hd * sizeof(float));
+      std::memcpy(dvr, dv_part + off, hd * sizeof(float));
+      for (i64 sg = 1; sg < nseg; ++sg)
+        for (i64 d = 0; d < hd; ++d) {
+          dkr[d] += dk_part[sg * part_n + off + d];
+          dvr[d] += dv_part[sg * part_n + off + d];
+        }
+    }
+  }
+}
+
+}  // namespace
+
 void attention_backward_impl(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
                         i64 kv_stride, const float* o, const float* lse, const float* dout, float* dq, float* dk,
                         float* dv, const int32_t* doc_start) {
@@ -340,10 +567,8 @@ void attention_backward_impl(const AttentionShape& s, const float* q, i64 q_stri
             g.Tk);
   HLM_CHECK(q && k && v && o && lse && dout && dq && dk && dv,
             "attention_backward: null pointer (B={} T={} H={} hd={})", g.B, g.T, g.H, g.hd);
-  const i64 B = g.B, T = g.T, H = g.H, Hkv = g.Hkv, hd = g.hd, nt = g.nt, hpg = g.hpg;
-  const i64 o_stride = H * hd;  // o, dout: [B, T, H, hd]
+  const i64 B = g.B, T = g.T, Hkv = g.Hkv, hd = g.hd, nt = g.nt, hpg = g.hpg;
   const int32_t* lo = first_keys("attention_backward", g, doc_start);
-  const float c2 = g.scale * kLog2e, scale = g.scale;
 
   // Work item = (b, kv head, segment of query tiles, see seg_of). An item keeps dK, dV
   // of the whole row [T, hd] (summing over the query heads of its group) and each query tile's dQ [64, hd]
@@ -357,163 +582,17 @@ void attention_backward_impl(const AttentionShape& s, const float* q, i64 q_stri
   const i64 n_units = B * Hkv * nseg;
 #pragma omp parallel if (g.par)
   {
-    const size_t row_n = static_cast<size_t>(nt * kTile * hd);
-    float* kt_all = scratch(0, row_n);                           // K^T per key tile [nt][hd][64]
-    float* vt_all = scratch(1, row_n);                           // V^T per key tile [nt][hd][64]
-    float* k_all = scratch(2, row_n);                            // K rows [T, hd]
-    float* dk_own = nseg > 1 ? nullptr : scratch(3, row_n);      // dK accumulator [T, hd] (nseg == 1)
-    float* dv_own = nseg > 1 ? nullptr : scratch(4, row_n);      // dV accumulator [T, hd]
-    float* qbuf = scratch(5, static_cast<size_t>(kTile * hd));   // Q tile  [64, hd]
-    float* dobuf = scratch(6, static_cast<size_t>(kTile * hd));  // dO tile [64, hd]
-    float* dqacc = scratch(7, static_cast<size_t>(kTile * hd));  // dQ tile [64, hd]
-    float* pbuf = scratch(8, kTile * kTile);                     // S then P          [64 q, 64 k]
-    float* dsbuf = scratch(9, kTile * kTile);                    // dP then dS*scale  [64 q, 64 k]
-    std::vector<char> packed(static_cast<size_t>(nt));
-    TileMask tm;
-    Prefetcher pf;
-    float lse2[kTile], Drow[kTile];
+    BackwardWork w(g, nseg, q, q_stride, k, v, kv_stride, o, lse, dout, dq, dk, dv, lo);
 #pragma omp for schedule(static, 1)
     for (i64 u = 0; u < n_units; ++u) {
       const i64 seg = u / (B * Hkv), b = (u / Hkv) % B, gh = u % Hkv;
-      float* dkacc = nseg > 1 ? dk_part + seg * part_n + (b * Hkv + gh) * T * hd : dk_own;
-      float* dvacc = nseg > 1 ? dv_part + seg * part_n + (b * Hkv + gh) * T * hd : dv_own;
-      std::fill(dkacc, dkacc + T * hd, 0.f);
-      std::fill(dvacc, dvacc + T * hd, 0.f);
-      std::fill(packed.begin(), packed.end(), 0);
-      for (i64 h = gh * hpg; h < (gh + 1) * hpg; ++h) {
-        for (i64 it = next_tile(-1, seg, nseg, nt); it < nt; it = next_tile(it, seg, nseg, nt)) {
-          const i64 i0 = it * kTile;
-          const int nq = static_cast<int>(std::min<i64>(kTile, T - i0));
-          const int32_t* lo_row = lo + b * T + i0;
-          // Q and dO rows of this tile, D = rowsum(dO * O), lse in the log2 domain.
-          pack_rows(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, qbuf);
-          pack_rows(dout + (b * T + i0) * o_stride + h * hd, o_stride, nq, hd, dobuf);
-          for (int r = 0; r < nq; ++r) {
-            Drow[r] = dot(o + (b * T + i0 + r) * o_stride + h * hd, dobuf + r * hd, hd);
-            lse2[r] = lse[(b * H + h) * T + i0 + r] * kLog2e;
-          }
-          std::fill(dqacc, dqacc + nq * hd, 0.f);
-          const i64 j_first = lo_row[0] / kTile, j_last = (i0 + nq - 1) / kTile;
-          // This tile's dQ rows, the next query tile of this item and the next key tile not yet copied.
-          pf.flush();
-          pf.clear();
-          pf.add(dq + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, true);
-          const i64 it1 = next_tile(it, seg, nseg, nt);
-          const i64 h1 = it1 < nt ? h : h + 1, i1 = (it1 < nt ? it1 : next_tile(-1, seg, nseg, nt)) * kTile;
-          if (h1 < (gh + 1) * hpg) {
-            const i64 n1 = std::min<i64>(kTile, T - i1);
-            pf.add(q + (b * T + i1) * q_stride + h1 * hd, q_stride, n1, hd, false);
-            pf.add(dout + (b * T + i1) * o_stride + h1 * hd, o_stride, n1, hd, false);
-            pf.add(o + (b * T + i1) * o_stride + h1 * hd, o_stride, n1, hd, false);
-          }
-          if (j_last + 1 < nt && !packed[j_last + 1]) {
-            const i64 k1 = (b * T + (j_last + 1) * kTile) * kv_stride + gh * hd;
-            const i64 n1 = std::min<i64>(kTile, T - (j_last + 1) * kTile);
-            pf.add(k + k1, kv_stride, n1, hd, false);
-            pf.add(v + k1, kv_stride, n1, hd, false);
-          }
-          for (i64 j = j_first; j <= j_last; ++j) {
-            const i64 k0 = j * kTile;
-            const int nk = static_cast<int>(std::min<i64>(kTile, T - k0));
-            float* ktp = kt_all + j * hd * kTile;
-            float* vtp = vt_all + j * hd * kTile;
-            float* kp = k_all + k0 * hd;
-            if (!packed[j]) {  // each key tile is packed once per item, on first use
-              const i64 src = (b * T + k0) * kv_stride + gh * hd;
-              pack_t(k + src, kv_stride, nk, hd, 1.f, ktp);
-              pack_t(v + src, kv_stride, nk, hd, 1.f, vtp);
-              pack_rows(k + src, kv_stride, nk, hd, kp);
-              packed[j] = 1;
-            }
-            tm.build(lo_row, i0, nq, k0, nk);
-            for (int rb = 0; rb * kRB < nq; ++rb) {
-              const int r0 = rb * kRB, mr = std::min(kRB, nq - r0);
-              const int v0 = tm.v0[rb], v1 = tm.v1[rb];
-              float* prow0 = pbuf + r0 * kTile;
-              float* dsrow0 = dsbuf + r0 * kTile;
-              if (v0 == v1) {
-                std::fill(prow0, prow0 + mr * kTile, 0.f);
-                std::fill(dsrow0, dsrow0 + mr * kTile, 0.f);
-                continue;
-              }
-              // S = Q K^T and dP = dO V^T on the visible vectors of this row block.
-              pf.step(8);
-              block(mr, 16 * (v1 - v0), hd, qbuf + r0 * hd, hd, 1, ktp + 16 * v0, kTile, prow0 + 16 * v0, kTile, false);
-              block(mr, 16 * (v1 - v0), hd, dobuf + r0 * hd, hd, 1, vtp + 16 * v0, kTile, dsrow0 + 16 * v0, kTile,
-                    false);
-              // P = 2^(S c2 - lse2), dS = P (dP - D) scale; zero outside the visible range (the transposed
-              // products below read whole columns).
-              for (int r = r0; r < r0 + mr; ++r) {
-                float* prow = pbuf + r * kTile;
-                float* dsrow = dsbuf + r * kTile;
-                const int cl = tm.cl[r], ch = tm.ch[r];
-                const DF d;
-                const VF vc2 = hn::Set(d, c2), vl = hn::Set(d, lse2[r]), vD = hn::Set(d, Drow[r]), vs = hn::Set(d, scale);
-                for (int c0 = 0; c0 < kTile; c0 += static_cast<int>(hn::Lanes(d))) {
-                  if (c0 < 16 * v0 || c0 >= 16 * v1) {
-                    hn::StoreU(hn::Zero(d), d, prow + c0);
-                    hn::StoreU(hn::Zero(d), d, dsrow + c0);
-                    continue;
-                  }
-                  const VF p = exp2_masked(d, hn::MulSub(hn::LoadU(d, prow + c0), vc2, vl), in_range(c0, cl, ch));
-                  const VF dp = hn::Sub(hn::LoadU(d, dsrow + c0), vD);
-                  hn::StoreU(p, d, prow + c0);
-                  hn::StoreU(hn::Mul(hn::Mul(p, dp), vs), d, dsrow + c0);
-                }
-              }
-              // dQ[r0:r0+mr] += dS K over the keys these rows see (dS already carries the scale).
-              const int kb = tm.kb[rb], ke = tm.ke[rb];
-              block(mr, hd, ke - kb, dsrow0 + kb, kTile, 1, kp + kb * hd, hd, dqacc + r0 * hd, hd, true);
-            }
-            // dV += P^T dO and dK += dS^T Q, per block of 4 keys over the query rows that see them.
-            for (int cb = 0; cb * kRB < nk; ++cb) {
-              const int c0 = cb * kRB, mc = std::min(kRB, nk - c0);
-              int ra = nq, rz = -1;
-              for (int c = c0; c < c0 + mc; ++c)
-                if (tm.ql[c] <= tm.qh[c]) ra = std::min(ra, tm.ql[c]), rz = std::max(rz, tm.qh[c]);
-              if (rz < 0) continue;
-              const i64 nr = rz - ra + 1;
-              pf.step(8);
-              block(mc, hd, nr, pbuf + ra * kTile + c0, 1, kTile, dobuf + ra * hd, hd, dvacc + (k0 + c0) * hd, hd,
-                    true);
-              block(mc, hd, nr, dsbuf + ra * kTile + c0, 1, kTile, qbuf + ra * hd, hd, dkacc + (k0 + c0) * hd, hd,
-                    true);
-            }
-          }
-          for (int r = 0; r < nq; ++r)
-            std::memcpy(dq + (b * T + i0 + r) * q_stride + h * hd, dqacc + r * hd, hd * sizeof(float));
-        }
-      }
-      if (nseg == 1)
-        for (i64 t = 0; t < T; ++t) {
-          if (t + 8 < T) {
-            __builtin_prefetch(dk + (b * T + t + 8) * kv_stride + gh * hd, 1, 2);
-            __builtin_prefetch(dv + (b * T + t + 8) * kv_stride + gh * hd, 1, 2);
-          }
-          std::memcpy(dk + (b * T + t) * kv_stride + gh * hd, dkacc + t * hd, hd * sizeof(float));
-          std::memcpy(dv + (b * T + t) * kv_stride + gh * hd, dvacc + t * hd, hd * sizeof(float));
-        }
+      w.start_item(seg, b, gh, dk_part, dv_part, part_n);
+      for (i64 h = gh * hpg; h < (gh + 1) * hpg; ++h)
+        for (i64 it = next_tile(-1, seg, nseg, nt); it < nt; it = next_tile(it, seg, nseg, nt)) w.query_tile(h, it);
+      if (nseg == 1) w.store_dk_dv();
     }
   }
-
-  if (nseg > 1) {
-#pragma omp parallel for schedule(static) if (g.par)
-    for (i64 bt = 0; bt < B * T; ++bt) {
-      const i64 b = bt / T, t = bt % T;
-      for (i64 gh = 0; gh < Hkv; ++gh) {
-        float* dkr = dk + bt * kv_stride + gh * hd;
-        float* dvr = dv + bt * kv_stride + gh * hd;
-        const i64 off = ((b * Hkv + gh) * T + t) * hd;
-        std::memcpy(dkr, dk_part + off, hd * sizeof(float));
-        std::memcpy(dvr, dv_part + off, hd * sizeof(float));
-        for (i64 sg = 1; sg < nseg; ++sg)
-          for (i64 d = 0; d < hd; ++d) {
-            dkr[d] += dk_part[sg * part_n + off + d];
-            dvr[d] += dv_part[sg * part_n + off + d];
-          }
-      }
-    }
-  }
+  if (nseg > 1) sum_segment_partials(g, nseg, dk_part, dv_part, dk, dv, kv_stride);
 }
 
 }  // namespace hlm::ops::HWY_NAMESPACE

@@ -505,30 +505,15 @@ void scalar_decay_chunked_forward(const ScalarDecayArgsT<Real>& a, SdOut<Real> o
       min_tasks(G.G * G.C * G.KV() * 6));
 }
 
-template <typename Real>
-void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> chunk_states, SdIn<Real> dout,
-                                   SdIn<Real> d_final_state, SdOut<Real> dq, SdOut<Real> dk, SdOut<Real> dv,
-                                   SdOut<Real> dg, SdOut<Real> d_initial_state, SdOut<Real> workspace) {
-  const auto G = resolve(a, "scalar_decay_chunked_backward");
-  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_chunked_backward: dout, dq, dk, dv, dg are required ({})",
-            shape_str(a));
-  const i64 KV = G.KV(), NC = G.NC, BH = G.B * G.H, ldo = G.H * G.V, nstate = BH * NC * KV;
-  std::vector<Real> own;
-  if (!workspace) {
-    own.resize(chunk_states ? nstate : 2 * nstate);
-    workspace = own.data();
-  }
-  const auto eC = chunk_decays(G);
-  Real* dSo = workspace;  // [B, H, NC, K, V]: gradient of the state LEAVING each chunk
-  const Real* states = chunk_states;
-  if (!states) {
-    Real* st = workspace + nstate;
-    compute_chunk_states(G, eC, st, static_cast<Real*>(nullptr));
-    states = st;
-  }
+// ---- chunked backward, in the stages of docs/scalar_decay_scan.md "Chunked backward" ---------------------
 
-  // 1. Each chunk's own contribution to the gradient of its incoming state, (diag(e) scale Q)^T dO, written
-  //    where the reverse scan adds the carried gradient: slot c-1 for chunk c, d_initial_state for chunk 0.
+namespace {
+
+// Stage 1: each chunk's own term of the gradient of its incoming state, (diag(e) scale Q)^T dO, written where
+// the reverse scan adds the carried gradient: slot c-1 of dSo for chunk c, d_initial_state for chunk 0.
+template <typename Real>
+void state_grad_own_terms(const Geo<Real>& G, const Real* dout, Real* dSo, Real* d_initial_state) {
+  const i64 KV = G.KV(), NC = G.NC, BH = G.B * G.H, ldo = G.H * G.V;
   parallel_for(
       BH * NC,
       [&](i64 lo, i64 hi) {
@@ -553,7 +538,14 @@ void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> c
         }
       },
       min_tasks(G.C * G.KV()));
-  // 2. Reverse scan: dS_out(c-1) = eC_c dS_out(c) + own(c); d_initial = eC_0 dS_out(0) + own(0).
+}
+
+// Stage 2: the reverse scan over chunks, per (b, h, block of state elements):
+// dS_out(c-1) = eC_c dS_out(c) + own(c); d_initial = eC_0 dS_out(0) + own(0).
+template <typename Real>
+void state_grad_reverse_scan(const Geo<Real>& G, const std::vector<Real>& eC, const Real* d_final_state, Real* dSo,
+                             Real* d_initial_state) {
+  const i64 KV = G.KV(), NC = G.NC, BH = G.B * G.H;
   const i64 nblk = (KV + kScanBlock - 1) / kScanBlock;
   parallel_for(
       BH * nblk,
@@ -580,130 +572,208 @@ void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> c
         }
       },
       min_tasks(NC * std::min(KV, kScanBlock)));
+}
 
-  // 3. Per (b, q/k head, chunk): gradients of q, k (summed over the heads sharing them), v and g.
+// Stage 3: the gradients of q, k, v and g of one (b, q/k head, chunk) task, given the states entering the chunks
+// and the gradients dS of the states leaving them. Per head h sharing the q/k head: (a) the intra-chunk terms
+// through P = A .* Gamma, (b) the terms through the state leaving the chunk, (c) those through the carried state,
+// (d) dg from d gamma; then (e) the q/k terms of all those heads at once.
+template <typename Real>
+struct ChunkGrads {
+  const Geo<Real>& G;
+  const Real *states, *dSo, *dout;  // states entering / gradients of the states leaving each chunk, dO
+  bool saved_states, has_d_final;   // the states came from the forward; dS of the last chunk is given
+  ChunkDecay<Real> cd;
+  Scratch<Real> sc;
+  // The task (b, q/k head hk, chunk c: tokens t0 .. t0+n-1) and the head h.
+  i64 b = 0, hk = 0, c = 0, t0 = 0, n = 0, h = 0;
+  const Real *Qp = nullptr, *Kp = nullptr, *dOp = nullptr, *Vp = nullptr, *Sc = nullptr, *dS = nullptr;
+  Real* dVp = nullptr;
+  bool dS_zero = false, S_zero = false;
+
+  ChunkGrads(const Geo<Real>& G_, const Real* states_, const Real* dSo_, const Real* dout_, bool saved_states_,
+             bool has_d_final_)
+      : G(G_), states(states_), dSo(dSo_), dout(dout_), saved_states(saved_states_), has_d_final(has_d_final_),
+        cd(G_.C), sc(G_.C, G_.K, G_.V) {}
+
+  void run(i64 b_, i64 hk_, i64 c_, Real* dq, Real* dk, Real* dv, Real* dg) {
+    b = b_, hk = hk_, c = c_;
+    t0 = c * G.C, n = std::min(G.C, G.T - t0);
+    Qp = G.qp(b, t0, hk);
+    Kp = G.kp(b, t0, hk);
+    // A = scale Q K^T, shared by the heads; dQ, dK and dPG (the sum over heads of dP .* Gamma) start at zero.
+    gemm(false, true, n, n, G.K, G.scale, Qp, G.qr, Kp, G.kr, Real(0), sc.A.data(), n);
+    std::fill(sc.dQ.begin(), sc.dQ.begin() + n * G.K, Real(0));
+    std::fill(sc.dK.begin(), sc.dK.begin() + n * G.K, Real(0));
+    std::fill(sc.dPG.data(), sc.dPG.data() + n * n, Real(0));
+    for (i64 hh = hk * G.G; hh < (hk + 1) * G.G; ++hh) {
+      start_head(hh, dv);
+      intra_chunk();
+      if (!dS_zero) through_leaving_state();
+      if (cd.first_reset > 0 && !S_zero) through_carried_state();
+      decay_grads(dg);
+    }
+    shared_qk_grads(dq, dk);
+  }
+
+  void start_head(i64 h_, Real* dv) {
+    h = h_;
+    const i64 bh = b * G.H + h, NC = G.NC, KV = G.KV();
+    cd.compute(G, b, h, c);
+    cd.gamma(sc.Gm.data());
+    dOp = dout + G.orow(b, t0, h);
+    Vp = G.vp(b, t0, h);
+    dVp = dv + (b * G.T + t0) * G.vr + h * G.vh;
+    Sc = states + (bh * NC + c) * KV;
+    dS = dSo + (bh * NC + c) * KV;
+    dS_zero = c == NC - 1 && !has_d_final;
+    // Saved states are trusted as given (slot 0 holds the initial state even if a.initial_state is unset).
+    S_zero = c == 0 && !G.init && !saved_states;
+    std::fill(sc.dgam.data(), sc.dgam.data() + n, 0.0);
+  }
+
+  // (a) dP = dO V^T (n x n). dPG += dP .* Gamma; with R = dP .* Gamma .* A (= dGamma .* Gamma),
+  // dgam_i += rowsum_i(R) - colsum_i(R). The diagonal cancels exactly and is left out: it is O(1) while
+  // the rest scales with the decay, so keeping it would bury tiny gradients (strong decay) in rounding.
+  // Then P = A .* Gamma (in place over Gamma) and dV = P^T dO.
+  void intra_chunk() {
+    const i64 ldo = G.H * G.V;
+    Real* A = sc.A.data();
+    Real* Gm = sc.Gm.data();
+    Real* dP = sc.dP.data();
+    Real* dPG = sc.dPG.data();
+    double* dgam = sc.dgam.data();
+    gemm(false, true, n, n, G.V, Real(1), dOp, ldo, Vp, G.vr, Real(0), dP, n);
+    Real* cs = sc.colsum.data();
+    std::fill(cs, cs + n, Real(0));
+    for (i64 i = 0; i < n; ++i) {
+      const Real* gr = Gm + i * n;
+      const Real* ar = A + i * n;
+      Real* dpr = dP + i * n;
+      Real* acc = dPG + i * n;
+      Real rs = 0;
+#pragma omp simd reduction(+ : rs)
+      for (i64 j = 0; j < i; ++j) {
+        const Real x = dpr[j] * gr[j];
+        acc[j] += x;
+        const Real rr = x * ar[j];
+        rs += rr;
+        cs[j] += rr;
+      }
+      acc[i] += dpr[i];  // Gamma_ii = 1
+      dgam[i] += rs;
+    }
+    for (i64 i = 0; i < n; ++i) dgam[i] -= cs[i];
+    for (i64 r = 0; r < n * n; ++r) Gm[r] *= A[r];
+    gemm(true, false, n, G.V, n, Real(1), Gm, n, dOp, ldo, Real(0), dVp, G.vr);
+  }
+
+  // (b) Terms through the state leaving the chunk, S' = eC S + (diag(f) K)^T V: dV[j] += f_j (K dS)_j,
+  // df_j = (K dS)_j . v_j, dK[j] += f_j (V dS^T)_j, and eC <dS, S> into dgam_{n-1}.
+  void through_leaving_state() {
+    const i64 K = G.K, V = G.V, KV = G.KV();
+    double* dgam = sc.dgam.data();
+    const i64 ls = cd.last_start, nn = n - ls;
+    Real* tmp = sc.tmp.data();
+    gemm(false, false, nn, V, K, Real(1), Kp + ls * G.kr, G.kr, dS, V, Real(0), tmp, V);
+    double dfsum = 0;
+    for (i64 j = 0; j < nn; ++j) {
+      const Real fj = cd.f[ls + j];
+      const Real* tr = tmp + j * V;
+      Real* dvr = dVp + (ls + j) * G.vr;
+      for (i64 x = 0; x < V; ++x) dvr[x] += fj * tr[x];
+      if (ls + j == n - 1) continue;  // f_{n-1} = 1 whatever gam is (same reason as the diagonal in (a))
+      const double dff = static_cast<double>(dot(tr, Vp + (ls + j) * G.vr, V)) * fj;
+      dgam[ls + j] -= dff;
+      dfsum += dff;
+    }
+    dgam[n - 1] += dfsum;
+    gemm(false, true, nn, K, V, Real(1), Vp + ls * G.vr, G.vr, dS, V, Real(0), tmp, K);
+    for (i64 j = 0; j < nn; ++j) {
+      const Real fj = cd.f[ls + j];
+      const Real* tr = tmp + j * K;
+      Real* dkr = sc.dK.data() + (ls + j) * K;
+      for (i64 x = 0; x < K; ++x) dkr[x] += fj * tr[x];
+    }
+    if (cd.eC != 0 && !S_zero) dgam[n - 1] += static_cast<double>(dot(dS, Sc, KV)) * cd.eC;
+  }
+
+  // (c) Terms through the carried state, O[:m] += diag(e) scale Q S: with dO S^T, dgam_i through e_i and
+  // dQ[i] += e_i (dO S^T)_i (scaled at the end).
+  void through_carried_state() {
+    const i64 K = G.K, ldo = G.H * G.V, m = cd.first_reset;
+    double* dgam = sc.dgam.data();
+    Real* tmp = sc.tmp.data();
+    gemm(false, true, m, K, G.V, Real(1), dOp, ldo, Sc, G.V, Real(0), tmp, K);  // dO S^T
+    for (i64 i = 0; i < m; ++i) {
+      const Real ei = cd.e[i];
+      const Real* tr = tmp + i * K;
+      dgam[i] += static_cast<double>(G.scale * dot(tr, Qp + i * G.qr, K)) * ei;
+      Real* dqr = sc.dQ.data() + i * K;
+      for (i64 x = 0; x < K; ++x) dqr[x] += ei * tr[x];
+    }
+  }
+
+  // (d) g_t enters gam_i for every i >= t in the chunk: dg is the suffix sum of dgam.
+  void decay_grads(Real* dg) {
+    const double* dgam = sc.dgam.data();
+    double acc = 0;
+    for (i64 i = n - 1; i >= 0; --i) {
+      acc += dgam[i];
+      dg[(b * G.T + t0 + i) * G.H + h] = static_cast<Real>(acc);
+    }
+  }
+
+  // (e) Intra-chunk q/k terms once for all heads, dQ += dPG K, dK += dPG^T (scale Q); dq = scale dQ, dk = dK.
+  void shared_qk_grads(Real* dq, Real* dk) {
+    const i64 K = G.K;
+    gemm(false, false, n, K, n, Real(1), sc.dPG.data(), n, Kp, G.kr, Real(1), sc.dQ.data(), K);
+    gemm(true, false, n, K, n, G.scale, sc.dPG.data(), n, Qp, G.qr, Real(1), sc.dK.data(), K);
+    for (i64 i = 0; i < n; ++i) {
+      Real* dqr = dq + (b * G.T + t0 + i) * G.qr + hk * G.qh;
+      Real* dkr = dk + (b * G.T + t0 + i) * G.kr + hk * G.kh;
+      const Real* sq = sc.dQ.data() + i * K;
+      const Real* sk = sc.dK.data() + i * K;
+      for (i64 x = 0; x < K; ++x) {
+        dqr[x] = G.scale * sq[x];
+        dkr[x] = sk[x];
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <typename Real>
+void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> chunk_states, SdIn<Real> dout,
+                                   SdIn<Real> d_final_state, SdOut<Real> dq, SdOut<Real> dk, SdOut<Real> dv,
+                                   SdOut<Real> dg, SdOut<Real> d_initial_state, SdOut<Real> workspace) {
+  const auto G = resolve(a, "scalar_decay_chunked_backward");
+  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_chunked_backward: dout, dq, dk, dv, dg are required ({})",
+            shape_str(a));
+  const i64 NC = G.NC, nstate = G.B * G.H * NC * G.KV();
+  std::vector<Real> own;
+  if (!workspace) {
+    own.resize(chunk_states ? nstate : 2 * nstate);
+    workspace = own.data();
+  }
+  const auto eC = chunk_decays(G);
+  Real* dSo = workspace;  // [B, H, NC, K, V]: gradient of the state LEAVING each chunk
+  const Real* states = chunk_states;
+  if (!states) {
+    Real* st = workspace + nstate;
+    compute_chunk_states(G, eC, st, static_cast<Real*>(nullptr));
+    states = st;
+  }
+  state_grad_own_terms(G, dout, dSo, d_initial_state);
+  state_grad_reverse_scan(G, eC, d_final_state, dSo, d_initial_state);
   parallel_for(
       G.B * G.Hk * NC,
       [&](i64 lo, i64 hi) {
-        ChunkDecay<Real> cd(G.C);
-        Scratch<Real> sc(G.C, G.K, G.V);
+        ChunkGrads<Real> w(G, states, dSo, dout, chunk_states != nullptr, d_final_state != nullptr);
         for (i64 task = lo; task < hi; ++task) {
-          const i64 bhk = task / NC, c = task % NC, b = bhk / G.Hk, hk = bhk % G.Hk;
-          const i64 t0 = c * G.C, n = std::min(G.C, G.T - t0), K = G.K, V = G.V;
-          const Real* Qp = G.qp(b, t0, hk);
-          const Real* Kp = G.kp(b, t0, hk);
-          Real* A = sc.A.data();
-          Real* Gm = sc.Gm.data();
-          Real* dP = sc.dP.data();
-          Real* dPG = sc.dPG.data();  // sum over heads of dP .* Gamma
-          gemm(false, true, n, n, K, G.scale, Qp, G.qr, Kp, G.kr, Real(0), A, n);
-          std::fill(sc.dQ.begin(), sc.dQ.begin() + n * K, Real(0));
-          std::fill(sc.dK.begin(), sc.dK.begin() + n * K, Real(0));
-          std::fill(dPG, dPG + n * n, Real(0));
-          for (i64 h = hk * G.G; h < (hk + 1) * G.G; ++h) {
-            const i64 bh = b * G.H + h;
-            cd.compute(G, b, h, c);
-            cd.gamma(Gm);
-            const Real* dOp = dout + G.orow(b, t0, h);
-            const Real* Vp = G.vp(b, t0, h);
-            Real* dVp = dv + (b * G.T + t0) * G.vr + h * G.vh;
-            const Real* Sc = states + (bh * NC + c) * KV;
-            const Real* dS = dSo + (bh * NC + c) * KV;
-            const bool dS_zero = c == NC - 1 && !d_final_state;
-            // Saved states are trusted as given (slot 0 holds the initial state even if a.initial_state is unset).
-            const bool S_zero = c == 0 && !G.init && !chunk_states;
-            double* dgam = sc.dgam.data();
-            std::fill(dgam, dgam + n, 0.0);
-
-            // dP = dO V^T (n x n). dPG += dP .* Gamma; with R = dP .* Gamma .* A (= dGamma .* Gamma),
-            // dgam_i += rowsum_i(R) - colsum_i(R). The diagonal cancels exactly and is left out: it is O(1) while
-            // the rest scales with the decay, so keeping it would bury tiny gradients (strong decay) in rounding.
-            gemm(false, true, n, n, V, Real(1), dOp, ldo, Vp, G.vr, Real(0), dP, n);
-            Real* cs = sc.colsum.data();
-            std::fill(cs, cs + n, Real(0));
-            for (i64 i = 0; i < n; ++i) {
-              const Real* gr = Gm + i * n;
-              const Real* ar = A + i * n;
-              Real* dpr = dP + i * n;
-              Real* acc = dPG + i * n;
-              Real rs = 0;
-#pragma omp simd reduction(+ : rs)
-              for (i64 j = 0; j < i; ++j) {
-                const Real x = dpr[j] * gr[j];
-                acc[j] += x;
-                const Real rr = x * ar[j];
-                rs += rr;
-                cs[j] += rr;
-              }
-              acc[i] += dpr[i];  // Gamma_ii = 1
-              dgam[i] += rs;
-            }
-            for (i64 i = 0; i < n; ++i) dgam[i] -= cs[i];
-            // P = A .* Gamma (in place over Gamma), then dV = P^T dO.
-            for (i64 r = 0; r < n * n; ++r) Gm[r] *= A[r];
-            gemm(true, false, n, V, n, Real(1), Gm, n, dOp, ldo, Real(0), dVp, G.vr);
-
-            // Terms through the state leaving the chunk: S' = eC S + (diag(f) K)^T V.
-            if (!dS_zero) {
-              const i64 ls = cd.last_start, nn = n - ls;
-              Real* tmp = sc.tmp.data();
-              // dV[j] += f_j (K dS)_j ; df_j = (K dS)_j . v_j
-              gemm(false, false, nn, V, K, Real(1), Kp + ls * G.kr, G.kr, dS, V, Real(0), tmp, V);
-              double dfsum = 0;
-              for (i64 j = 0; j < nn; ++j) {
-                const Real fj = cd.f[ls + j];
-                const Real* tr = tmp + j * V;
-                Real* dvr = dVp + (ls + j) * G.vr;
-                for (i64 x = 0; x < V; ++x) dvr[x] += fj * tr[x];
-                if (ls + j == n - 1) continue;  // f_{n-1} = 1 whatever gam is (same reason as the diagonal above)
-                const double dff = static_cast<double>(dot(tr, Vp + (ls + j) * G.vr, V)) * fj;
-                dgam[ls + j] -= dff;
-                dfsum += dff;
-              }
-              dgam[n - 1] += dfsum;
-              // dK[j] += f_j (V dS^T)_j
-              gemm(false, true, nn, K, V, Real(1), Vp + ls * G.vr, G.vr, dS, V, Real(0), tmp, K);
-              for (i64 j = 0; j < nn; ++j) {
-                const Real fj = cd.f[ls + j];
-                const Real* tr = tmp + j * K;
-                Real* dkr = sc.dK.data() + (ls + j) * K;
-                for (i64 x = 0; x < K; ++x) dkr[x] += fj * tr[x];
-              }
-              if (cd.eC != 0 && !S_zero) dgam[n - 1] += static_cast<double>(dot(dS, Sc, KV)) * cd.eC;
-            }
-            // Terms through the carried state: O[:m] += diag(e) scale Q S.
-            const i64 m = cd.first_reset;
-            if (m > 0 && !S_zero) {
-              Real* tmp = sc.tmp.data();
-              gemm(false, true, m, K, V, Real(1), dOp, ldo, Sc, V, Real(0), tmp, K);  // dO S^T
-              for (i64 i = 0; i < m; ++i) {
-                const Real ei = cd.e[i];
-                const Real* tr = tmp + i * K;
-                dgam[i] += static_cast<double>(G.scale * dot(tr, Qp + i * G.qr, K)) * ei;
-                Real* dqr = sc.dQ.data() + i * K;
-                for (i64 x = 0; x < K; ++x) dqr[x] += ei * tr[x];
-              }
-            }
-            // g_t enters gam_i for every i >= t in the chunk.
-            double acc = 0;
-            for (i64 i = n - 1; i >= 0; --i) {
-              acc += dgam[i];
-              dg[(b * G.T + t0 + i) * G.H + h] = static_cast<Real>(acc);
-            }
-          }
-          // Intra-chunk q/k terms once for all heads: dQ += dPG K, dK += dPG^T (scale Q).
-          gemm(false, false, n, K, n, Real(1), dPG, n, Kp, G.kr, Real(1), sc.dQ.data(), K);
-          gemm(true, false, n, K, n, G.scale, dPG, n, Qp, G.qr, Real(1), sc.dK.data(), K);
-          for (i64 i = 0; i < n; ++i) {
-            Real* dqr = dq + (b * G.T + t0 + i) * G.qr + hk * G.qh;
-            Real* dkr = dk + (b * G.T + t0 + i) * G.kr + hk * G.kh;
-            const Real* sq = sc.dQ.data() + i * K;
-            const Real* sk = sc.dK.data() + i * K;
-            for (i64 x = 0; x < K; ++x) {
-              dqr[x] = G.scale * sq[x];
-              dkr[x] = sk[x];
-            }
-          }
+          const i64 bhk = task / NC, c = task % NC;
+          w.run(bhk / G.Hk, bhk % G.Hk, c, dq, dk, dv, dg);
         }
       },
       min_tasks(G.G * G.C * G.KV() * 16));

@@ -176,17 +176,10 @@ long StudyPlan::window_tokens(const HybridSpec& h, const BudgetSpec& b) const {
 
 std::string default_plan_path() { return (fs::path(HLM_SOURCE_DIR) / "studies" / "paper.json").string(); }
 
-StudyPlan load_study_plan(const std::string& file, const TrainOptionKind& train_option) {
-  const json j = read_json_file(file, " the plan file");
-  Node root(file, j, "");
-  root.only({"version", "name", "description", "windows", "hybrids", "evaluator", "proxy", "budgets", "findings"});
-  if (root.count("version", 0, 1, true) != 1) fail("{}: field 'version' must be 1", file);
-  StudyPlan p;
-  p.file = file;
-  p.name = root.str("name", "", true);
-  p.description = root.str("description");
+namespace {
 
-  // ---- windows: classes as fractions of the training length, with the mapping said in words.
+// windows: classes as fractions of the training length, with the mapping said in words.
+void read_windows(const std::string& file, const Node& root, StudyPlan& p) {
   Node w = root.child("windows");
   for (auto& [k, v] : w.raw().items()) {
     if (k == "mapping") continue;
@@ -196,8 +189,10 @@ StudyPlan load_study_plan(const std::string& file, const TrainOptionKind& train_
     p.windows[k] = f;
   }
   p.window_mapping = w.str("mapping", "", true);
+}
 
-  // ---- hybrids and the evaluator
+// hybrids and the evaluator (a hybrid run longer by steps_factor).
+void read_hybrids(const std::string& file, const Node& root, StudyPlan& p) {
   Node hs = root.child("hybrids");
   for (auto& [k, v] : hs.raw().items()) {
     if (!safe_name(k)) fail("{}: field 'hybrids.{}': names use letters, digits, '-' and '_'", file, k);
@@ -215,147 +210,150 @@ StudyPlan load_study_plan(const std::string& file, const TrainOptionKind& train_
     if (!(p.evaluator_steps_factor >= 1) || p.evaluator_steps_factor > 100)
       fail("{}: field 'evaluator.steps_factor' must be in [1, 100]", file);
   }
+}
 
-  // ---- the miniature proxy
-  {
-    Node x = root.child("proxy");
-    x.only({"mix_niah", "mix_haystack", "niah_digits", "note"});
-    p.mix_niah = x.fraction("mix_niah", 0, true);
-    p.mix_haystack = x.str("mix_haystack", "noise");
-    if (p.mix_haystack != "noise" && p.mix_haystack != "corpus")
-      fail("{}: field 'proxy.mix_haystack' must be \"noise\" or \"corpus\"", file);
-    p.niah_digits = static_cast<int>(x.count("niah_digits", 7, 1));
-    if (p.niah_digits > 9) fail("{}: field 'proxy.niah_digits' must be 1..9", file);
-    p.proxy_note = x.str("note", "", p.mix_niah > 0);
-  }
+// the miniature proxy: NIAH rows mixed into training.
+void read_proxy(const std::string& file, const Node& root, StudyPlan& p) {
+  Node x = root.child("proxy");
+  x.only({"mix_niah", "mix_haystack", "niah_digits", "note"});
+  p.mix_niah = x.fraction("mix_niah", 0, true);
+  p.mix_haystack = x.str("mix_haystack", "noise");
+  if (p.mix_haystack != "noise" && p.mix_haystack != "corpus")
+    fail("{}: field 'proxy.mix_haystack' must be \"noise\" or \"corpus\"", file);
+  p.niah_digits = static_cast<int>(x.count("niah_digits", 7, 1));
+  if (p.niah_digits > 9) fail("{}: field 'proxy.niah_digits' must be 1..9", file);
+  p.proxy_note = x.str("note", "", p.mix_niah > 0);
+}
 
-  // ---- budgets
-  Node bs = root.child("budgets");
-  for (auto& [k, v] : bs.raw().items()) {
-    Node b = bs.child(k);
-    b.only({"data", "tokenizer", "set", "train", "seq_len", "batch", "steps", "tokens", "eval_every", "seeds",
-            "niah_samples", "longppl_docs", "max_eval_tokens", "note"});
-    BudgetSpec s;
-    s.name = k;
-    s.data = b.str("data", "default");
-    // A data path is relative to the plan file (so a plan in studies/ can name ../docs).
-    if (s.data != "default" && fs::path(s.data).is_relative())
-      s.data = (fs::absolute(file).parent_path() / s.data).lexically_normal().string();
-    s.tokenizer = b.str("tokenizer", "bpe:4096");
-    s.sets = b.strings("set", true);
-    if (b.has("train")) s.train_args = train_flags(b.child("train"), train_option);
-    s.seq_len = b.count("seq_len", 0, 8, true);
-    s.batch = b.count("batch", 0, 1, true);
-    if (b.has("steps") == b.has("tokens"))
-      fail("{}: field '{}': give the training length as 'steps' or as 'tokens' (one of them)", file, b.field("steps"));
-    if (b.has("steps")) {
-      s.steps = b.count("steps", 0, 1);
-    } else {
-      const long tokens = b.count("tokens", 0, 1);
-      if (tokens % (s.batch * s.seq_len) != 0)
-        fail("{}: field '{}': {} tokens is not a whole number of steps of batch x seq_len = {} tokens", file,
-             b.field("tokens"), tokens, s.batch * s.seq_len);
-      s.steps = tokens / (s.batch * s.seq_len);
+// Every hybrid (and the evaluator) must resolve at budget s (presets + size + window), and its rows fit the model.
+void check_hybrids_fit_budget(const std::string& file, const Node& b, const BudgetSpec& s, const StudyPlan& p) {
+  for (const HybridSpec* h : [&] {
+         std::vector<const HybridSpec*> v;
+         for (auto& x : p.hybrids) v.push_back(&x);
+         v.push_back(&p.evaluator);
+         return v;
+       }()) {
+    std::vector<std::string> sets = s.sets;
+    sets.insert(sets.end(), h->sets.begin(), h->sets.end());
+    const long win = p.window_tokens(*h, s);
+    if (win > 0) sets.push_back(fmt::format("window={}", win));
+    ModelConfig cfg;
+    try {
+      cfg = resolve_config(h->preset, "", sets);
+    } catch (const Error& e) {
+      fail("{}: field '{}' with hybrid '{}': {}", file, b.field("set"), h->name, e.what());
     }
-    s.eval_every = b.count("eval_every", 0, 1, true);
-    if (s.steps % s.eval_every != 0)
-      fail("{}: field '{}': {} steps is not a multiple of eval_every {} (checkpoints are compared step for step)", file,
-           b.field("eval_every"), s.steps, s.eval_every);
-    if (s.steps / s.eval_every < 3)
-      fail("{}: field '{}': {} steps give {} checkpoints at eval_every {}; the scaling fits and the curves over "
-           "training need at least 3", file, b.field("steps"), s.steps, s.steps / s.eval_every, s.eval_every);
-    s.seeds = static_cast<int>(b.count("seeds", 1, 1));
-    s.niah_samples = static_cast<int>(b.count("niah_samples", 2, 1));
-    s.longppl_docs = static_cast<int>(b.count("longppl_docs", 4, 1));
-    s.max_eval_tokens = b.count("max_eval_tokens", 16384, 1);
-    if (s.max_eval_tokens < s.seq_len)
-      fail("{}: field '{}' must be at least seq_len ({})", file, b.field("max_eval_tokens"), s.seq_len);
-    if (p.mix_niah > 0 && s.seq_len < 48)
-      fail("{}: field '{}': NIAH rows need seq_len >= 48 (prompt + answer), got {}", file, b.field("seq_len"), s.seq_len);
-    // Every hybrid must resolve at this budget (presets + size + window), and the rows must fit the model.
-    for (const HybridSpec* h : [&] {
-           std::vector<const HybridSpec*> v;
-           for (auto& x : p.hybrids) v.push_back(&x);
-           v.push_back(&p.evaluator);
-           return v;
-         }()) {
-      std::vector<std::string> sets = s.sets;
-      sets.insert(sets.end(), h->sets.begin(), h->sets.end());
-      const long win = p.window_tokens(*h, s);
-      if (win > 0) sets.push_back(fmt::format("window={}", win));
-      ModelConfig cfg;
-      try {
-        cfg = resolve_config(h->preset, "", sets);
-      } catch (const Error& e) {
-        fail("{}: field '{}' with hybrid '{}': {}", file, b.field("set"), h->name, e.what());
-      }
-      if (cfg.max_seq_len < s.seq_len)
-        fail("{}: field '{}': seq_len {} is over hybrid '{}''s max_seq_len {} (add \"max_seq_len=N\" to 'set')", file,
-             b.field("seq_len"), s.seq_len, h->name, cfg.max_seq_len);
-    }
-    p.budgets[k] = s;
+    if (cfg.max_seq_len < s.seq_len)
+      fail("{}: field '{}': seq_len {} is over hybrid '{}''s max_seq_len {} (add \"max_seq_len=N\" to 'set')", file,
+           b.field("seq_len"), s.seq_len, h->name, cfg.max_seq_len);
   }
-  if (p.budgets.empty()) fail("{}: field 'budgets' is empty", file);
+}
 
-  // ---- findings a-d: what each compares and its pre-declared rule
-  Node fs_node = root.child("findings");
+// One budget: data, tokenizer, sizes, training length (steps or tokens), evaluation settings.
+BudgetSpec read_budget(const std::string& file, const Node& bs, const std::string& k, const StudyPlan& p,
+                       const TrainOptionKind& train_option) {
+  Node b = bs.child(k);
+  b.only({"data", "tokenizer", "set", "train", "seq_len", "batch", "steps", "tokens", "eval_every", "seeds",
+          "niah_samples", "longppl_docs", "max_eval_tokens", "note"});
+  BudgetSpec s;
+  s.name = k;
+  s.data = b.str("data", "default");
+  // A data path is relative to the plan file (so a plan in studies/ can name ../docs).
+  if (s.data != "default" && fs::path(s.data).is_relative())
+    s.data = (fs::absolute(file).parent_path() / s.data).lexically_normal().string();
+  s.tokenizer = b.str("tokenizer", "bpe:4096");
+  s.sets = b.strings("set", true);
+  if (b.has("train")) s.train_args = train_flags(b.child("train"), train_option);
+  s.seq_len = b.count("seq_len", 0, 8, true);
+  s.batch = b.count("batch", 0, 1, true);
+  if (b.has("steps") == b.has("tokens"))
+    fail("{}: field '{}': give the training length as 'steps' or as 'tokens' (one of them)", file, b.field("steps"));
+  if (b.has("steps")) {
+    s.steps = b.count("steps", 0, 1);
+  } else {
+    const long tokens = b.count("tokens", 0, 1);
+    if (tokens % (s.batch * s.seq_len) != 0)
+      fail("{}: field '{}': {} tokens is not a whole number of steps of batch x seq_len = {} tokens", file,
+           b.field("tokens"), tokens, s.batch * s.seq_len);
+    s.steps = tokens / (s.batch * s.seq_len);
+  }
+  s.eval_every = b.count("eval_every", 0, 1, true);
+  if (s.steps % s.eval_every != 0)
+    fail("{}: field '{}': {} steps is not a multiple of eval_every {} (checkpoints are compared step for step)", file,
+         b.field("eval_every"), s.steps, s.eval_every);
+  if (s.steps / s.eval_every < 3)
+    fail("{}: field '{}': {} steps give {} checkpoints at eval_every {}; the scaling fits and the curves over "
+         "training need at least 3", file, b.field("steps"), s.steps, s.steps / s.eval_every, s.eval_every);
+  s.seeds = static_cast<int>(b.count("seeds", 1, 1));
+  s.niah_samples = static_cast<int>(b.count("niah_samples", 2, 1));
+  s.longppl_docs = static_cast<int>(b.count("longppl_docs", 4, 1));
+  s.max_eval_tokens = b.count("max_eval_tokens", 16384, 1);
+  if (s.max_eval_tokens < s.seq_len)
+    fail("{}: field '{}' must be at least seq_len ({})", file, b.field("max_eval_tokens"), s.seq_len);
+  if (p.mix_niah > 0 && s.seq_len < 48)
+    fail("{}: field '{}': NIAH rows need seq_len >= 48 (prompt + answer), got {}", file, b.field("seq_len"), s.seq_len);
+  check_hybrids_fit_budget(file, b, s, p);
+  return s;
+}
+
+// One of the findings a-d: what it compares and its pre-declared rule.
+FindingSpec read_finding(const std::string& file, const Node& fs_node, const std::string& k, const StudyPlan& p) {
   static const std::map<std::string, std::set<std::string>> kRuleKeys = {
       {"a", {"loss_spread_max", "margin", "min_seeds"}},
       {"b", {"learned_min", "margin", "min_seeds"}},
       {"c", {"margin_fraction", "min_seeds", "heads_min"}},
       {"d", {"learned_min", "margin", "loss_tolerance", "min_seeds"}}};
-  for (auto& [k, v] : fs_node.raw().items()) {
-    if (!kRuleKeys.count(k)) fail("{}: unknown field 'findings.{}' (the findings are a, b, c, d)", file, k);
-    Node f = fs_node.child(k);
-    f.only({"title", "claim", "metric", "rule", "rule_text", "hybrids", "options"});
-    FindingSpec s;
-    s.id = k;
-    s.title = f.str("title", "", true);
-    s.claim = f.str("claim", "", true);
-    s.metric = f.str("metric", "", true);
-    s.rule_text = f.str("rule_text", "", true);
-    s.rule = read_rule(f.child("rule"), kRuleKeys.at(k));
-    s.hybrids = f.strings("hybrids", false);
-    const size_t need = k == "d" ? 2 : k == "b" ? 1 : 2;
-    if (s.hybrids.size() < need || (k == "d" && s.hybrids.size() != 2))
-      fail("{}: field '{}' must list {} hybrids", file, f.field("hybrids"), k == "d" ? "exactly 2 (RoPE, NoPE)" : "at least " + std::to_string(need));
-    for (size_t i = 0; i < s.hybrids.size(); ++i) {
-      bool found = false;
-      for (auto& h : p.hybrids) found |= h.name == s.hybrids[i];
-      if (!found) fail("{}: field '{}[{}]': no hybrid named '{}' in 'hybrids'", file, f.field("hybrids"), i, s.hybrids[i]);
-    }
-    s.options = f.has("options") ? f.at("options") : json::object();
-    Node o(file, s.options, f.field("options"));
-    if (k == "b") {
-      o.only({"span_fraction"});
-      if (!(o.fraction("span_fraction", 0, true) > 0)) fail("{}: field '{}' must be > 0", file, o.field("span_fraction"));
-    } else if (k == "c") {
-      o.only({});
-      for (auto& name : s.hybrids)
-        if (p.hybrid(name).window.empty())
-          fail("{}: field '{}': hybrid '{}' has no SWA window to compare", file, f.field("hybrids"), name);
-    } else if (k == "d") {
-      o.only({"lengths", "ruler_tasks", "ruler_lengths"});
-      for (const char* key : {"lengths", "ruler_lengths"}) {
-        if (!o.has(key)) continue;
-        const json& a = o.at(key);
-        if (!a.is_array() || a.empty()) fail("{}: field '{}' must be a non-empty array", file, o.field(key));
-        for (size_t i = 0; i < a.size(); ++i)
-          if (!a[i].is_number_integer() || a[i].get<long>() < 1)
-            fail("{}: field '{}[{}]' must be a whole multiple (>= 1) of the training length", file, o.field(key), i);
-      }
-      if (!o.has("lengths")) fail("{}: field '{}' is missing", file, o.field("lengths"));
-      o.strings("ruler_tasks", false);
-    } else {  // a
-      o.only({"longppl_alpha", "longppl_beta"});
-      o.num("longppl_alpha", 2.0);
-      o.num("longppl_beta", -2.0);
-    }
-    p.findings.push_back(s);
+  if (!kRuleKeys.count(k)) fail("{}: unknown field 'findings.{}' (the findings are a, b, c, d)", file, k);
+  Node f = fs_node.child(k);
+  f.only({"title", "claim", "metric", "rule", "rule_text", "hybrids", "options"});
+  FindingSpec s;
+  s.id = k;
+  s.title = f.str("title", "", true);
+  s.claim = f.str("claim", "", true);
+  s.metric = f.str("metric", "", true);
+  s.rule_text = f.str("rule_text", "", true);
+  s.rule = read_rule(f.child("rule"), kRuleKeys.at(k));
+  s.hybrids = f.strings("hybrids", false);
+  const size_t need = k == "d" ? 2 : k == "b" ? 1 : 2;
+  if (s.hybrids.size() < need || (k == "d" && s.hybrids.size() != 2))
+    fail("{}: field '{}' must list {} hybrids", file, f.field("hybrids"), k == "d" ? "exactly 2 (RoPE, NoPE)" : "at least " + std::to_string(need));
+  for (size_t i = 0; i < s.hybrids.size(); ++i) {
+    bool found = false;
+    for (auto& h : p.hybrids) found |= h.name == s.hybrids[i];
+    if (!found) fail("{}: field '{}[{}]': no hybrid named '{}' in 'hybrids'", file, f.field("hybrids"), i, s.hybrids[i]);
   }
-  std::sort(p.findings.begin(), p.findings.end(), [](auto& x, auto& y) { return x.id < y.id; });
-  if (p.findings.empty()) fail("{}: field 'findings' is empty", file);
-  // Lengths beyond training (finding d) must fit the model.
+  s.options = f.has("options") ? f.at("options") : json::object();
+  Node o(file, s.options, f.field("options"));
+  if (k == "b") {
+    o.only({"span_fraction"});
+    if (!(o.fraction("span_fraction", 0, true) > 0)) fail("{}: field '{}' must be > 0", file, o.field("span_fraction"));
+  } else if (k == "c") {
+    o.only({});
+    for (auto& name : s.hybrids)
+      if (p.hybrid(name).window.empty())
+        fail("{}: field '{}': hybrid '{}' has no SWA window to compare", file, f.field("hybrids"), name);
+  } else if (k == "d") {
+    o.only({"lengths", "ruler_tasks", "ruler_lengths"});
+    for (const char* key : {"lengths", "ruler_lengths"}) {
+      if (!o.has(key)) continue;
+      const json& a = o.at(key);
+      if (!a.is_array() || a.empty()) fail("{}: field '{}' must be a non-empty array", file, o.field(key));
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!a[i].is_number_integer() || a[i].get<long>() < 1)
+          fail("{}: field '{}[{}]' must be a whole multiple (>= 1) of the training length", file, o.field(key), i);
+    }
+    if (!o.has("lengths")) fail("{}: field '{}' is missing", file, o.field("lengths"));
+    o.strings("ruler_tasks", false);
+  } else {  // a
+    o.only({"longppl_alpha", "longppl_beta"});
+    o.num("longppl_alpha", 2.0);
+    o.num("longppl_beta", -2.0);
+  }
+  return s;
+}
+
+// Lengths beyond training (finding d) must fit the model at every budget.
+void check_finding_d_lengths(const std::string& file, const StudyPlan& p) {
   if (const FindingSpec* d = p.finding("d"))
     for (auto& [bn, b] : p.budgets)
       for (const char* key : {"lengths", "ruler_lengths"}) {
@@ -372,6 +370,30 @@ StudyPlan load_study_plan(const std::string& file, const TrainOptionKind& train_
                    bn, bn);
           }
       }
+}
+
+}  // namespace
+
+StudyPlan load_study_plan(const std::string& file, const TrainOptionKind& train_option) {
+  const json j = read_json_file(file, " the plan file");
+  Node root(file, j, "");
+  root.only({"version", "name", "description", "windows", "hybrids", "evaluator", "proxy", "budgets", "findings"});
+  if (root.count("version", 0, 1, true) != 1) fail("{}: field 'version' must be 1", file);
+  StudyPlan p;
+  p.file = file;
+  p.name = root.str("name", "", true);
+  p.description = root.str("description");
+  read_windows(file, root, p);
+  read_hybrids(file, root, p);
+  read_proxy(file, root, p);
+  Node bs = root.child("budgets");
+  for (auto& [k, v] : bs.raw().items()) p.budgets[k] = read_budget(file, bs, k, p, train_option);
+  if (p.budgets.empty()) fail("{}: field 'budgets' is empty", file);
+  Node fs_node = root.child("findings");
+  for (auto& [k, v] : fs_node.raw().items()) p.findings.push_back(read_finding(file, fs_node, k, p));
+  std::sort(p.findings.begin(), p.findings.end(), [](auto& x, auto& y) { return x.id < y.id; });
+  if (p.findings.empty()) fail("{}: field 'findings' is empty", file);
+  check_finding_d_lengths(file, p);
   return p;
 }
 

@@ -74,31 +74,12 @@ std::string set_key(const std::string& s) { return s.substr(0, s.find('=')); }
 
 }  // namespace
 
-SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_option) {
-  const json j = read_json_file(file, " the plan file");
-  if (!j.is_object()) fail("{}: a plan must be a JSON object", file);
-  for (auto& [k, v] : j.items())
-    if (!kPlanKeys.count(k))
-      fail("{}: unknown field '{}' (known: out, data, tokenizer, archs, sizes, budgets, budget_unit, train, description)",
-           file, k);
-  SweepPlan p;
-  p.file = file;
-  auto str = [&](const char* k, std::string& dst, bool required) {
-    if (!j.contains(k)) {
-      if (required) fail("{}: field '{}' is missing", file, k);
-      return;
-    }
-    if (!j[k].is_string() || j[k].get<std::string>().empty()) fail("{}: field '{}' must be a non-empty string", file, k);
-    dst = j[k].get<std::string>();
-  };
-  str("out", p.out, true);
-  str("data", p.data, false);
-  str("tokenizer", p.tokenizer, false);
-  str("budget_unit", p.budget_unit, false);
-  if (p.budget_unit != "steps" && p.budget_unit != "tokens")
-    fail("{}: field 'budget_unit' must be \"steps\" or \"tokens\", got \"{}\"", file, p.budget_unit);
+namespace {
 
-  // ---- train flags, checked against the real `train` subcommand.
+// The plan's train flags, checked against the real `train` subcommand, as arguments; batch, seq_len and
+// grad_accum (the defaults of TrainConfig unless given) give the tokens per step.
+std::vector<std::string> read_sweep_train_flags(const std::string& file, const json& j,
+                                                const TrainOptionKind& train_option, double& tokens_per_step) {
   std::vector<std::string> train_args;
   TrainConfig tdef;
   double batch = static_cast<double>(tdef.batch), seq_len = static_cast<double>(tdef.seq_len), accum = tdef.grad_accum;
@@ -137,31 +118,38 @@ SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_
       }
     }
   }
-  p.tokens_per_step = batch * seq_len * accum;
+  tokens_per_step = batch * seq_len * accum;
+  return train_args;
+}
 
-  // ---- budgets
+// budgets: step counts, or token counts with budget_unit "tokens".
+std::vector<long> read_sweep_budgets(const std::string& file, const json& j, const std::string& budget_unit) {
   if (!j.contains("budgets")) fail("{}: field 'budgets' is missing (a list of step counts, or tokens with budget_unit)", file);
   if (!j["budgets"].is_array() || j["budgets"].empty()) fail("{}: field 'budgets' must be a non-empty array", file);
   std::vector<long> budgets;
   for (size_t i = 0; i < j["budgets"].size(); ++i) {
     long b = 0;
     if (!whole_positive(j["budgets"][i], &b))
-      fail("{}: field 'budgets[{}]' must be a positive whole number of {}", file, i, p.budget_unit);
+      fail("{}: field 'budgets[{}]' must be a positive whole number of {}", file, i, budget_unit);
     budgets.push_back(b);
   }
+  return budgets;
+}
 
-  // ---- archs: preset names or {"name", "preset", "config", "set"}
-  struct Arch {
-    std::string name, preset, config;
-    std::vector<std::string> sets;
-  };
+struct SweepArch {
+  std::string name, preset, config;
+  std::vector<std::string> sets;
+};
+
+// archs: preset names or {"name", "preset", "config", "set"}.
+std::vector<SweepArch> read_sweep_archs(const std::string& file, const json& j) {
   if (!j.contains("archs")) fail("{}: field 'archs' is missing (presets like \"swa128\" or objects)", file);
   if (!j["archs"].is_array() || j["archs"].empty()) fail("{}: field 'archs' must be a non-empty array", file);
-  std::vector<Arch> archs;
+  std::vector<SweepArch> archs;
   for (size_t i = 0; i < j["archs"].size(); ++i) {
     const json& a = j["archs"][i];
     const std::string field = fmt::format("archs[{}]", i);
-    Arch ar;
+    SweepArch ar;
     if (a.is_string()) {
       ar.name = ar.preset = a.get<std::string>();
     } else if (a.is_object()) {
@@ -194,13 +182,17 @@ SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_
       if (o.name == ar.name) fail("{}: field '{}.name': \"{}\" is used twice", file, field, ar.name);
     archs.push_back(ar);
   }
+  return archs;
+}
 
-  // ---- sizes: {"name", "set"}; absent = one size "base" with the arch's own dimensions
-  struct Size {
-    std::string name;
-    std::vector<std::string> sets;
-  };
-  std::vector<Size> sizes;
+struct SweepSize {
+  std::string name;
+  std::vector<std::string> sets;
+};
+
+// sizes: {"name", "set"}; absent = one size "base" with the arch's own dimensions.
+std::vector<SweepSize> read_sweep_sizes(const std::string& file, const json& j) {
+  std::vector<SweepSize> sizes;
   if (j.contains("sizes")) {
     if (!j["sizes"].is_array() || j["sizes"].empty()) fail("{}: field 'sizes' must be a non-empty array", file);
     for (size_t i = 0; i < j["sizes"].size(); ++i) {
@@ -210,7 +202,7 @@ SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_
       for (auto& [k, v] : s.items())
         if (k != "name" && k != "set") fail("{}: unknown field '{}.{}' (known: name, set)", file, field, k);
       if (!s.contains("name") || !s["name"].is_string()) fail("{}: field '{}.name' must be a string", file, field);
-      Size sz{s["name"].get<std::string>(), {}};
+      SweepSize sz{s["name"].get<std::string>(), {}};
       if (!safe_name(sz.name))
         fail("{}: field '{}.name' \"{}\" must use only letters, digits, '-', '_', '.'", file, field, sz.name);
       if (s.contains("set")) sz.sets = string_list(s["set"], file, field + ".set");
@@ -221,13 +213,17 @@ SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_
   } else {
     sizes.push_back({"base", {}});
   }
+  return sizes;
+}
 
-  // ---- the runs
+// The runs: every arch x size (their sets must not overlap, and must resolve to a model) x budget.
+void plan_sweep_runs(const std::string& file, const std::vector<SweepArch>& archs, const std::vector<SweepSize>& sizes,
+                     const std::vector<long>& budgets, const std::vector<std::string>& train_args, SweepPlan& p) {
   std::set<std::string> names;
   for (size_t ai = 0; ai < archs.size(); ++ai)
     for (size_t si = 0; si < sizes.size(); ++si) {
-      const Arch& a = archs[ai];
-      const Size& s = sizes[si];
+      const SweepArch& a = archs[ai];
+      const SweepSize& s = sizes[si];
       std::set<std::string> arch_keys;
       for (auto& x : a.sets) arch_keys.insert(set_key(x));
       for (auto& x : s.sets)
@@ -262,6 +258,38 @@ SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_
         p.runs.push_back(std::move(r));
       }
     }
+}
+
+}  // namespace
+
+SweepPlan load_sweep_plan(const std::string& file, const TrainOptionKind& train_option) {
+  const json j = read_json_file(file, " the plan file");
+  if (!j.is_object()) fail("{}: a plan must be a JSON object", file);
+  for (auto& [k, v] : j.items())
+    if (!kPlanKeys.count(k))
+      fail("{}: unknown field '{}' (known: out, data, tokenizer, archs, sizes, budgets, budget_unit, train, description)",
+           file, k);
+  SweepPlan p;
+  p.file = file;
+  auto str = [&](const char* k, std::string& dst, bool required) {
+    if (!j.contains(k)) {
+      if (required) fail("{}: field '{}' is missing", file, k);
+      return;
+    }
+    if (!j[k].is_string() || j[k].get<std::string>().empty()) fail("{}: field '{}' must be a non-empty string", file, k);
+    dst = j[k].get<std::string>();
+  };
+  str("out", p.out, true);
+  str("data", p.data, false);
+  str("tokenizer", p.tokenizer, false);
+  str("budget_unit", p.budget_unit, false);
+  if (p.budget_unit != "steps" && p.budget_unit != "tokens")
+    fail("{}: field 'budget_unit' must be \"steps\" or \"tokens\", got \"{}\"", file, p.budget_unit);
+  const std::vector<std::string> train_args = read_sweep_train_flags(file, j, train_option, p.tokens_per_step);
+  const std::vector<long> budgets = read_sweep_budgets(file, j, p.budget_unit);
+  const std::vector<SweepArch> archs = read_sweep_archs(file, j);
+  const std::vector<SweepSize> sizes = read_sweep_sizes(file, j);
+  plan_sweep_runs(file, archs, sizes, budgets, train_args, p);
   return p;
 }
 
