@@ -100,6 +100,7 @@ TEST(HfConfig, QkNormExportsToQwen3AndTheRestIsRefusedWithTheReason) {
       {{"pattern=MMSF", "layer_types.M.head_dim=16", "norm_eps=1e-5"}, "S layers next to M layers"},
       {{"pattern=MMMF", "layer_types.M.head_dim=16", "norm_eps=1e-5"}, "F layers with NoPE next to M layers"},
       {{"pattern=GGSF"}, "layer type G (Gated DeltaNet)"},
+      {{"pattern=GGGG"}, "norm_eps 1e-06 with G layers"},
       {{"pattern=LLLF"}, "layer type L (Lightning)"},
   };
   for (const auto& [sets, needle] : refused) {
@@ -225,6 +226,56 @@ TEST(HfWeights, WrittenAndReadBackGiveBitwiseEqualLogits) {
   w.add_f32("model.layers.0.self_attn.q_norm.weight", {16}, t.params());
   w.write((tied / "model.safetensors").string());
   EXPECT_NE(error_of([&] { load_hf_weights(tied.string(), imp.architecture, t, true); }).find("q_norm.weight"), std::string::npos);
+}
+
+TEST(HfWeights, GatedDeltaNetOnlyIsQwen3NextWithFusedProjectionsAndShiftedNorms) {
+  const ModelConfig c = small({"pattern=GGGG", "layer_types.G.n_heads=2", "layer_types.G.head_dim=16", "norm_eps=1e-5"});
+  const HfExport e = hf_export_config(c, {});
+  ASSERT_EQ(e.architecture, "Qwen3NextForCausalLM");
+  EXPECT_EQ(e.config["layer_types"], json(std::vector<std::string>(4, "linear_attention")));
+  EXPECT_EQ(e.config["linear_num_key_heads"], 2);
+  EXPECT_EQ(e.config["linear_value_head_dim"], 16);
+  EXPECT_EQ(e.config["num_experts"], 0);
+  Model a(c);
+  a.init(7);
+  // Norm weights off 1 (in [0.5, 2], where w - 1 and back are exact), so the shift is seen.
+  const auto& reg = a.registry();
+  for (const auto& p : reg.all())
+    if (p.name.find("layernorm") != std::string::npos || p.name == "model.norm.weight")
+      for (i64 i = 0; i < p.shape.numel(); ++i) a.params()[p.offset + i] = 0.75f + 0.01f * static_cast<float>(i % 7);
+  const fs::path dir = temp_dir("qwen3next");
+  write_hf_weights(a, e.architecture, (dir / "model.safetensors").string());
+  SafeTensorsFile f = SafeTensorsFile::read((dir / "model.safetensors").string());
+  auto param = [&](const std::string& n) { return a.params() + reg.info(reg.find(n)).offset; };
+  const std::string pre = "model.layers.1.linear_attn.";
+  const std::vector<float> qkvz = f.get(pre + "in_proj_qkvz.weight").to_f32(), ba = f.get(pre + "in_proj_ba.weight").to_f32();
+  const i64 D = 32, K = 16;
+  ASSERT_EQ(qkvz.size(), static_cast<size_t>(4 * 2 * K * D));
+  // Head 1's rows: q_1 | k_1 | v_1 | z_1 after head 0's four blocks; z is the gate g_proj.
+  EXPECT_TRUE(std::equal(qkvz.begin() + 5 * K * D, qkvz.begin() + 6 * K * D, param(pre + "k_proj.weight") + K * D));
+  EXPECT_TRUE(std::equal(qkvz.begin() + 7 * K * D, qkvz.begin() + 8 * K * D, param(pre + "g_proj.weight") + K * D));
+  EXPECT_TRUE(std::equal(ba.begin() + 3 * D, ba.begin() + 4 * D, param(pre + "a_proj.weight") + D));  // b_0 a_0 b_1 a_1
+  EXPECT_TRUE(f.has(pre + "conv1d.weight") && f.has(pre + "norm.weight") && f.has(pre + "out_proj.weight"));
+  EXPECT_FLOAT_EQ(f.get("model.norm.weight").to_f32()[0], 0.75f - 1.0f);
+  // Imported back: the same function, bitwise.
+  const HfImport imp = hf_import_config(e.config, "config.json");
+  EXPECT_EQ(imp.config.layer_pattern(), "GGGG");
+  Model b(imp.config);
+  load_hf_weights(dir.string(), imp.architecture, b, false);
+  const std::vector<int32_t> ids = {5, 17, 250, 3, 3, 99, 1, 0, 42, 7, 8, 9, 10, 11, 200, 201, 13};
+  EXPECT_EQ(logits_of(a, ids), logits_of(b, ids));
+  // Refusals name the key.
+  json cfg = e.config;
+  cfg["layer_types"][2] = "full_attention";
+  EXPECT_NE(error_of([&] { hf_import_config(cfg, "config.json"); }).find("'layer_types[2]'"), std::string::npos);
+  cfg = e.config;
+  cfg["num_experts"] = 8;
+  cfg["mlp_only_layers"] = json::array({0, 1, 3});
+  EXPECT_NE(error_of([&] { hf_import_config(cfg, "config.json"); }).find("layer 2 has a mixture-of-experts MLP"),
+            std::string::npos);
+  cfg = e.config;
+  cfg["linear_num_value_heads"] = 4;
+  EXPECT_NE(error_of([&] { hf_import_config(cfg, "config.json"); }).find("'linear_num_value_heads'"), std::string::npos);
 }
 
 TEST(HfTokenizer, ByteTokenizerJsonMapsEveryByteToItsIdAndImportsBack) {

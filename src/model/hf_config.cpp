@@ -219,6 +219,11 @@ const std::set<std::string> kBambaKeys = {
     "attn_layer_indices", "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state", "mamba_d_conv",
     "mamba_expand", "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "time_step_limit",
     "z_loss_coefficient", "num_logits_to_keep", "layer_types"};
+const std::set<std::string> kQwen3NextKeys = {
+    "layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+    "linear_num_key_heads", "linear_num_value_heads", "decoder_sparse_step", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "num_experts_per_tok", "num_experts", "norm_topk_prob", "output_router_logits",
+    "router_aux_loss_coef", "mlp_only_layers", "partial_rotary_factor"};
 
 struct Reader {
   const json& j;
@@ -283,7 +288,8 @@ double rope_theta_of(const Reader& r, double def) {
 namespace {
 
 const std::map<std::string, std::string> kArchitectures = {
-    {"smollm3", "SmolLM3ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"bamba", "BambaForCausalLM"}};
+    {"smollm3", "SmolLM3ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"bamba", "BambaForCausalLM"},
+    {"qwen3_next", "Qwen3NextForCausalLM"}};
 
 // What the per-architecture readers decide: one letter per layer, RoPE per layer, the S window, and the
 // options of the letters' layer types.
@@ -402,15 +408,60 @@ Layout bamba_layout(const Reader& r, i64 L, i64 D) {
   return lay;
 }
 
+// Qwen3Next with Gated DeltaNet layers only and dense MLPs: G layers (its gated full attention is not computed).
+Layout qwen3next_layout(const Reader& r, i64 L) {
+  const json& hf = r.j;
+  const std::string& src = r.src;
+  if (!hf.contains("layer_types") || !hf.at("layer_types").is_array() || static_cast<i64>(hf.at("layer_types").size()) != L)
+    fail("{}: key 'layer_types' must name each of the {} layers (without it Qwen3Next has full-attention layers)", src, L);
+  for (i64 l = 0; l < L; ++l)
+    if (hf.at("layer_types")[l] != "linear_attention")
+      fail("{}: key 'layer_types[{}]' = {} is not supported: Qwen3Next's full attention gates its output and "
+           "applies QK-norm, which hybridlm's does not (only linear_attention layers import)",
+           src, l, hf.at("layer_types")[l].dump());
+  r.require("linear_conv_kernel_dim", GatedDeltaNetMixer::kConv, "hybridlm's Gated DeltaNet conv is 4 wide");
+  const i64 H = r.integer("linear_num_key_heads"), K = r.integer("linear_key_head_dim");
+  if (r.integer("linear_num_value_heads") != H)
+    fail("{}: key 'linear_num_value_heads' ({}) differs from linear_num_key_heads ({}); hybridlm's Gated DeltaNet "
+         "has one head count", src, r.integer("linear_num_value_heads"), H);
+  if (r.integer("linear_value_head_dim") != K)
+    fail("{}: key 'linear_value_head_dim' ({}) differs from linear_key_head_dim ({}); hybridlm's Gated DeltaNet "
+         "has one head size", src, r.integer("linear_value_head_dim"), K);
+  if (static_cast<float>(r.number("rms_norm_eps")) != GatedDeltaNetMixer::kNormEps)
+    fail("{}: key 'rms_norm_eps' = {} is not supported for qwen3_next: its Gated DeltaNet output norm uses it, "
+         "hybridlm's uses {}", src, r.number("rms_norm_eps"), GatedDeltaNetMixer::kNormEps);
+  // A layer's MLP is a mixture of experts unless it is listed in mlp_only_layers or there are no experts.
+  i64 experts = 512;  // transformers' default
+  if (hf.contains("num_experts") && !hf.at("num_experts").is_null()) {
+    if (!hf.at("num_experts").is_number_integer()) fail("{}: key 'num_experts' must be an integer", src);
+    experts = hf.at("num_experts").get<i64>();
+  }
+  std::set<i64> dense;
+  if (hf.contains("mlp_only_layers") && hf.at("mlp_only_layers").is_array())
+    for (const json& l : hf.at("mlp_only_layers"))
+      if (l.is_number_integer()) dense.insert(l.get<i64>());
+  const i64 step = hf.contains("decoder_sparse_step") ? r.integer("decoder_sparse_step") : 1;
+  for (i64 l = 0; l < L; ++l)
+    if (experts > 0 && !dense.count(l) && (l + 1) % step == 0)
+      fail("{}: key 'num_experts' = {}: layer {} has a mixture-of-experts MLP (not in 'mlp_only_layers'); hybridlm's "
+           "MLP is a dense SwiGLU", src, experts, l);
+  Layout lay;
+  lay.pattern.assign(static_cast<size_t>(L), 'G');
+  lay.rope.assign(static_cast<size_t>(L), true);
+  lay.types = {{"G", {{"n_heads", H}, {"head_dim", K}}}};
+  return lay;
+}
+
 }  // namespace
 
 HfImport hf_import_config(const json& hf, const std::string& src) {
   if (!hf.is_object()) fail("{}: config.json must be a JSON object", src);
   const std::string model_type = hf.value("model_type", std::string());
   if (!kArchitectures.count(model_type))
-    fail("{}: key 'model_type' = \"{}\" is not supported (import reads smollm3, qwen3, bamba; docs/hf.md)", src,
+    fail("{}: key 'model_type' = \"{}\" is not supported (import reads smollm3, qwen3, bamba, qwen3_next; docs/hf.md)", src,
          model_type);
-  const std::set<std::string>& extra_keys = model_type == "bamba" ? kBambaKeys : kAttentionKeys;
+  const std::set<std::string>& extra_keys =
+      model_type == "bamba" ? kBambaKeys : model_type == "qwen3_next" ? kQwen3NextKeys : kAttentionKeys;
   for (auto& [k, v] : hf.items())
     if (!kKnownKeys.count(k) && !extra_keys.count(k)) fail("{}: unknown key '{}' for model_type {}", src, k, model_type);
   const Reader r{hf, src};
@@ -431,14 +482,17 @@ HfImport hf_import_config(const json& hf, const std::string& src) {
                       : H;
   const i64 hd = hf.contains("head_dim") && !hf.at("head_dim").is_null() ? r.integer("head_dim") : D / H;
   const double eps = hf.contains("rms_norm_eps") ? r.number("rms_norm_eps") : 1e-6;
-  const double theta = rope_theta_of(r, model_type == "smollm3" ? 2000000.0 : 10000.0);
+  // Qwen3Next imports only without attention layers, so its RoPE settings do not change the function.
+  const double theta = model_type == "qwen3_next" ? 10000.0 : rope_theta_of(r, model_type == "smollm3" ? 2000000.0 : 10000.0);
   if (model_type == "qwen3" && eps != kQkNormEps)
     fail("{}: key 'rms_norm_eps' = {} is not supported for qwen3: its q_norm/k_norm use it, hybridlm's QK-norm "
          "uses {}",
          src, eps, kQkNormEps);
   out.tied_embeddings = r.flag("tie_word_embeddings", model_type == "smollm3");
   const i64 max_len = r.integer("max_position_embeddings");
-  const Layout lay = model_type == "bamba" ? bamba_layout(r, L, D) : attention_layout(r, model_type, L, max_len, out);
+  const Layout lay = model_type == "bamba"        ? bamba_layout(r, L, D)
+                     : model_type == "qwen3_next" ? qwen3next_layout(r, L)
+                                                  : attention_layout(r, model_type, L, max_len, out);
 
   // The shortest unit that repeats to the layers ("SSSFSSSF" -> "SSSF"), as hybridlm configs write patterns.
   std::string pattern = lay.pattern;

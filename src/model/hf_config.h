@@ -26,6 +26,7 @@ HfExport hf_export_config(const ModelConfig& c, const HfSpecialTokens& special);
 
 // The architecture's name for a hybridlm tensor: the same for SmolLM3 and Qwen3; Bamba names its Mamba-2
 // mixer `mamba`, its MLP `feed_forward`, the MLP's norm `pre_ff_layernorm`, the final norm `final_layernorm`.
+// (Qwen3Next fuses tensors, so its layout lives in hf_weights.cpp.)
 std::string hf_tensor_name(const std::string& architecture, const std::string& name);
 
 struct HfImport {

@@ -1,7 +1,7 @@
 #include "model/hf_weights.h"
 
+#include <algorithm>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,7 +11,6 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "mixers/gdn.h"
 #include "model/hf_config.h"
 
 namespace hlm {
@@ -102,58 +101,130 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Qwen3Next's tensors for a model of G layers. Its Gated DeltaNet fuses the projections per key head:
-// in_proj_qkvz rows are, for each head h, q_h | k_h | v_h | z_h (K rows each; z is hybridlm's gate g_proj), and
-// in_proj_ba rows b_h | a_h; conv1d is hybridlm's q | k | v convs stacked; its block norms are zero-centred
-// (it multiplies by 1 + w), so they are written as w - 1. `keep` owns the new buffers until the write.
-void add_qwen3next_tensors(Model& m, SafeTensorsWriter& w, std::deque<std::vector<float>>& keep) {
-  const ParamRegistry& reg = m.registry();
-  auto data = [&](const std::string& name) -> std::pair<const ParamInfo*, const float*> {
-    const ParamInfo& p = reg.info(reg.find(name));
-    return {&p, m.params() + p.offset};
-  };
-  std::set<std::string> fused;
+// Where each hybridlm parameter lives in Qwen3Next's tensors (G layers only), used by export (gather) and import
+// (scatter). Its Gated DeltaNet fuses the projections per key head: in_proj_qkvz rows are, for each head h,
+// q_h | k_h | v_h | z_h (K rows each; z is hybridlm's gate g_proj), in_proj_ba rows b_h | a_h; conv1d is the q, k
+// and v convs stacked; o_norm is `norm`, o_proj `out_proj`. Its block and final norms are zero-centred (it
+// multiplies by 1 + w), so they are stored as w - 1.
+struct Piece {
+  std::string hf;          // the Qwen3Next tensor
+  i64 hf_at, at, count;    // `count` floats at hf_at in it <-> at `at` in the parameter
+};
+struct Qwen3NextPlace {
+  std::vector<Piece> pieces;
+  bool zero_centred = false;
+};
+
+Qwen3NextPlace qwen3next_place(const ParamRegistry& reg, const ParamInfo& p) {
+  const i64 n = p.shape.numel();
+  const size_t at = p.name.find(".linear_attn.");
+  if (at == std::string::npos) {
+    const bool norm = ends_with(p.name, "layernorm.weight") || p.name == "model.norm.weight";
+    return {{{p.name, 0, 0, n}}, norm};
+  }
+  const std::string pre = p.name.substr(0, at + std::strlen(".linear_attn.")), part = p.name.substr(pre.size());
+  const i64 H = reg.info(reg.find(pre + "a_proj.weight")).shape[0];
+  const Shape& qs = reg.info(reg.find(pre + "q_proj.weight")).shape;
+  const i64 D = qs[1], K = qs[0] / H;
+  const std::vector<std::string> qkvz = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "g_proj.weight"},
+                                 ba = {"b_proj.weight", "a_proj.weight"},
+                                 conv = {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"};
+  Qwen3NextPlace place;
+  if (auto j = std::find(qkvz.begin(), qkvz.end(), part); j != qkvz.end()) {
+    for (i64 h = 0; h < H; ++h)
+      place.pieces.push_back({pre + "in_proj_qkvz.weight", (h * 4 + (j - qkvz.begin())) * K * D, h * K * D, K * D});
+  } else if (auto b = std::find(ba.begin(), ba.end(), part); b != ba.end()) {
+    for (i64 h = 0; h < H; ++h) place.pieces.push_back({pre + "in_proj_ba.weight", (h * 2 + (b - ba.begin())) * D, h * D, D});
+  } else if (auto c = std::find(conv.begin(), conv.end(), part); c != conv.end()) {
+    place.pieces.push_back({pre + "conv1d.weight", (c - conv.begin()) * n, 0, n});
+  } else {
+    const std::string hf = part == "o_norm.weight" ? "norm.weight" : part == "o_proj.weight" ? "out_proj.weight" : part;
+    place.pieces.push_back({pre + hf, 0, 0, n});
+  }
+  return place;
+}
+
+// The shapes of Qwen3Next's tensors, in the order export writes them.
+std::vector<std::pair<std::string, Shape>> qwen3next_shapes(const ParamRegistry& reg) {
+  std::vector<std::pair<std::string, Shape>> out;
+  std::set<std::string> seen;
   for (const ParamInfo& p : reg.all()) {
-    const float* src = m.params() + p.offset;
     const size_t at = p.name.find(".linear_attn.");
     if (at == std::string::npos) {
-      if (ends_with(p.name, "layernorm.weight") || p.name == "model.norm.weight") {
-        std::vector<float>& v = keep.emplace_back(src, src + p.shape.numel());
-        for (float& x : v) x -= 1.0f;
-        w.add_f32(p.name, p.shape, v.data());
-      } else {
-        w.add_f32(p.name, p.shape, src);
-      }
+      out.emplace_back(p.name, p.shape);
       continue;
     }
     const std::string pre = p.name.substr(0, at + std::strlen(".linear_attn."));
-    if (!fused.insert(pre).second) continue;
-    auto [qi, q] = data(pre + "q_proj.weight");
-    const i64 H = data(pre + "a_proj.weight").first->shape[0], D = qi->shape[1], K = qi->shape[0] / H;
-    std::vector<float>& qkvz = keep.emplace_back();
-    std::vector<float>& ba = keep.emplace_back();
-    for (i64 h = 0; h < H; ++h) {
-      for (const char* part : {"q_proj", "k_proj", "v_proj", "g_proj"}) {
-        const float* rows = data(pre + part + ".weight").second + h * K * D;
-        qkvz.insert(qkvz.end(), rows, rows + K * D);
-      }
-      for (const char* part : {"b_proj", "a_proj"}) {
-        const float* row = data(pre + part + ".weight").second + h * D;
-        ba.insert(ba.end(), row, row + D);
-      }
+    if (!seen.insert(pre).second) continue;
+    const i64 H = reg.info(reg.find(pre + "a_proj.weight")).shape[0];
+    const Shape& qs = reg.info(reg.find(pre + "q_proj.weight")).shape;
+    const Shape& cs = reg.info(reg.find(pre + "q_conv1d.weight")).shape;
+    out.emplace_back(pre + "in_proj_qkvz.weight", Shape{4 * qs[0], qs[1]});
+    out.emplace_back(pre + "in_proj_ba.weight", Shape{2 * H, qs[1]});
+    out.emplace_back(pre + "conv1d.weight", Shape{3 * cs[0], cs[1], cs[2]});
+    for (const char* part : {"A_log", "dt_bias", "o_norm.weight", "o_proj.weight"}) {
+      const ParamInfo& q = reg.info(reg.find(pre + part));
+      out.emplace_back(qwen3next_place(reg, q).pieces[0].hf, q.shape);
     }
-    std::vector<float>& conv = keep.emplace_back();
-    for (const char* part : {"q_conv1d", "k_conv1d", "v_conv1d"}) {
-      auto [ci, c] = data(pre + part + ".weight");
-      conv.insert(conv.end(), c, c + ci->shape.numel());
+  }
+  return out;
+}
+
+void write_qwen3next(Model& m, const std::string& path) {
+  const ParamRegistry& reg = m.registry();
+  std::map<std::string, std::vector<float>> bufs;
+  const auto shapes = qwen3next_shapes(reg);
+  for (const auto& [name, shape] : shapes) bufs[name].assign(static_cast<size_t>(shape.numel()), 0.0f);
+  for (const ParamInfo& p : reg.all()) {
+    const Qwen3NextPlace place = qwen3next_place(reg, p);
+    const float* src = m.params() + p.offset;
+    for (const Piece& c : place.pieces)
+      for (i64 i = 0; i < c.count; ++i) bufs.at(c.hf)[static_cast<size_t>(c.hf_at + i)] = src[c.at + i] - (place.zero_centred ? 1.0f : 0.0f);
+  }
+  SafeTensorsWriter w;
+  w.set_metadata("format", "pt");
+  for (const auto& [name, shape] : shapes) w.add_f32(name, shape, bufs.at(name).data());
+  w.write(path);
+}
+
+// Reads every tensor of a folder's weight files as fp32, checking the names are unique.
+std::map<std::string, std::pair<Shape, std::vector<float>>> read_all_f32(const std::string& hf_dir) {
+  std::map<std::string, std::pair<Shape, std::vector<float>>> out;
+  for (const std::string& path : weight_files(hf_dir)) {
+    SafeTensorsFile f = SafeTensorsFile::read(path);
+    for (const SafeTensor& t : f.tensors()) {
+      if (is_rotary_buffer(t.name)) continue;
+      std::vector<float> v(static_cast<size_t>(t.numel()));
+      copy_as_f32(t, v.data());
+      if (!out.emplace(t.name, std::pair{t.shape, std::move(v)}).second) fail("{}: tensor '{}' appears twice", path, t.name);
     }
-    w.add_f32(pre + "in_proj_qkvz.weight", {4 * H * K, D}, qkvz.data());
-    w.add_f32(pre + "in_proj_ba.weight", {2 * H, D}, ba.data());
-    w.add_f32(pre + "conv1d.weight", {3 * H * K, 1, GatedDeltaNetMixer::kConv}, conv.data());
-    for (auto [from, to] : {std::pair{"A_log", "A_log"}, {"dt_bias", "dt_bias"}, {"o_norm.weight", "norm.weight"},
-                            {"o_proj.weight", "out_proj.weight"}}) {
-      auto [info, d] = data(pre + from);
-      w.add_f32(pre + to, info->shape, d);
+  }
+  return out;
+}
+
+void load_qwen3next(const std::string& hf_dir, Model& m, bool tied_embeddings) {
+  const ParamRegistry& reg = m.registry();
+  auto tensors = read_all_f32(hf_dir);
+  if (tied_embeddings && !tensors.count("lm_head.weight") && tensors.count("model.embed_tokens.weight"))
+    tensors["lm_head.weight"] = tensors.at("model.embed_tokens.weight");
+  const auto shapes = qwen3next_shapes(reg);
+  std::set<std::string> expected;
+  for (const auto& [name, shape] : shapes) {
+    expected.insert(name);
+    auto it = tensors.find(name);
+    if (it == tensors.end()) fail("{}: tensor '{}' is missing from the weight files", hf_dir, name);
+    if (it->second.first != shape)
+      fail("{}: tensor '{}' has shape {}, the config implies {}", hf_dir, name, it->second.first.str(), shape.str());
+  }
+  for (const auto& [name, t] : tensors)
+    if (!expected.count(name))
+      fail("{}: tensor '{}' has no place in the imported model", hf_dir, name);
+  for (const ParamInfo& p : reg.all()) {
+    const Qwen3NextPlace place = qwen3next_place(reg, p);
+    float* dst = m.params() + p.offset;
+    for (const Piece& c : place.pieces) {
+      const std::vector<float>& src = tensors.at(c.hf).second;
+      for (i64 i = 0; i < c.count; ++i) dst[c.at + i] = src[static_cast<size_t>(c.hf_at + i)] + (place.zero_centred ? 1.0f : 0.0f);
     }
   }
 }
@@ -162,19 +233,16 @@ void add_qwen3next_tensors(Model& m, SafeTensorsWriter& w, std::deque<std::vecto
 
 void write_hf_weights(const Model& model, const std::string& architecture, const std::string& path) {
   Model& m = const_cast<Model&>(model);
+  if (architecture == "Qwen3NextForCausalLM") return write_qwen3next(m, path);
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
-  std::deque<std::vector<float>> keep;
-  if (architecture == "Qwen3NextForCausalLM") {
-    add_qwen3next_tensors(m, w, keep);
-  } else {
-    for (const auto& p : model.registry().all())
-      w.add_f32(hf_tensor_name(architecture, p.name), p.shape, m.params() + p.offset);
-  }
+  for (const auto& p : model.registry().all())
+    w.add_f32(hf_tensor_name(architecture, p.name), p.shape, m.params() + p.offset);
   w.write(path);
 }
 
 void load_hf_weights(const std::string& hf_dir, const std::string& architecture, Model& model, bool tied_embeddings) {
+  if (architecture == "Qwen3NextForCausalLM") return load_qwen3next(hf_dir, model, tied_embeddings);
   const ParamRegistry& reg = model.registry();
   std::vector<bool> loaded(reg.all().size(), false);
   std::map<std::string, int> index;  // the architecture's tensor name -> registry index

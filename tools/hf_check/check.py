@@ -24,7 +24,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, BambaConfig, Qwen3Config, SmolLM3Config  # noqa: E402
+from transformers import (AutoModelForCausalLM, AutoTokenizer, BambaConfig, Qwen3Config, Qwen3NextConfig,  # noqa: E402
+                          SmolLM3Config)
 
 TOL = 1e-4  # max abs logit difference accepted (fp32 on both sides; observed ~1e-6)
 failures = []
@@ -182,7 +183,12 @@ IMPORT_CASES = [
         attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16, mamba_expand=2,
         mamba_chunk_size=16, rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                                  "partial_rotary_factor": 1.0}), torch.float32),
+    ("Qwen3Next Gated DeltaNet only, dense MLP", Qwen3NextConfig, dict(
+        layer_types=["linear_attention"] * 4, linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, num_experts=0, mlp_only_layers=[0, 1, 2, 3], rms_norm_eps=1e-5,
+        tie_word_embeddings=False), torch.float32),
 ]
+QWEN3NEXT_CASE = len(IMPORT_CASES) - 1
 
 
 def check_imports(hlm, work, ids):
@@ -202,13 +208,17 @@ def check_imports(hlm, work, ids):
             report(f"import {name}", diff < TOL, f"pattern {pattern}, T={len(ids)}, max |logit diff| {diff:.2e}")
         except Exception as e:  # noqa: BLE001
             report(f"import {name}", False, str(e))
-    # Refusals name the key.
-    for name, edit, key in [("rope_scaling", {"rope_parameters": {"rope_type": "linear", "factor": 2.0,
-                                                                  "rope_theta": 10000.0}}, "rope_type"),
-                            ("llama", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "model_type"),
-                            ("unknown key", {"some_new_option": 1}, "some_new_option")]:
+    # Refusals name the key: edits of the SmolLM3 folder (import0_hf) and of the Qwen3Next one.
+    for name, base, edit, key in [
+            ("rope_scaling", 0, {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
+             "rope_type"),
+            ("llama", 0, {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "model_type"),
+            ("unknown key", 0, {"some_new_option": 1}, "some_new_option"),
+            ("qwen3_next with a full-attention layer", QWEN3NEXT_CASE,
+             {"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types[3]"),
+            ("qwen3_next with experts", QWEN3NEXT_CASE, {"num_experts": 4, "mlp_only_layers": []}, "num_experts")]:
         hf = os.path.join(work, f"import_refused_{name.replace(' ', '_')}")
-        shutil.copytree(os.path.join(work, "import0_hf"), hf)
+        shutil.copytree(os.path.join(work, f"import{base}_hf"), hf)
         c = json.load(open(os.path.join(hf, "config.json")))
         c.update(edit)
         json.dump(c, open(os.path.join(hf, "config.json"), "w"))
@@ -282,7 +292,7 @@ def main():
     check_bpe_tokenizers(a.hybridlm, work)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
-    total = len(EXPORT_CASES) + len(REFUSED_EXPORTS) + 2 + len(IMPORT_CASES) + 3 + 3
+    total = len(EXPORT_CASES) + len(REFUSED_EXPORTS) + 2 + len(IMPORT_CASES) + 5 + 3
     print(f"hf_check: {total - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 
