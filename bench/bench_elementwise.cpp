@@ -1,13 +1,11 @@
 // Elementwise kernels at the bench config's shapes (B*T = 8192 tokens, d_model 256, d_ff 768, 4 heads x 64):
-// SwiGLU, RMSNorm, RoPE and the Mamba-2 layer's causal conv1d, forward + backward. They are memory bound, so the
-// rate is in GB/s of the arrays each pass reads and writes once. Compare SIMD targets in one sitting with
-// HLM_SIMD=fallback / AVX2 / AVX3.
+// SwiGLU, RMSNorm and RoPE, forward + backward. They are memory bound, so the rate is in GB/s of the arrays each
+// pass reads and writes once. Compare SIMD targets in one sitting with HLM_SIMD=fallback / AVX2 / AVX3.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
 #include "core/rng.h"
-#include "ops/causal_conv1d.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -64,23 +62,5 @@ void BM_RoPEForwardBackward(benchmark::State& st) {
   set_bytes(st, kN * kH * kHd * 4.0);  // q read and written, twice
 }
 BENCHMARK(BM_RoPEForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
-
-// Conv1d at the Mamba-2 layer's shape: C = d_inner + 2 d_state = 640 channels read from the in-projection's rows
-// of 1160, width 4, bias, fused SiLU.
-void BM_Conv1dForwardBackward(benchmark::State& st) {
-  constexpr i64 kC = 640, kW = 4, kRow = 1160;
-  const auto u = randn(kN * kRow, 7), w = randn(kC * kW, 8), bias = randn(kC, 9), dy = randn(kN * kC, 10);
-  std::vector<float> y(kN * kC), du(kN * kRow), dw(kC * kW), dbias(kC);
-  hlm::ops::CausalConv1dArgs a;
-  a.B = kN / 1024, a.T = 1024, a.C = kC, a.W = kW, a.u_row = kRow, a.silu = true;
-  a.u = u.data(), a.w = w.data(), a.bias = bias.data();
-  for (auto _ : st) {
-    hlm::ops::causal_conv1d_forward(a, y.data(), nullptr);
-    hlm::ops::causal_conv1d_backward(a, dy.data(), du.data(), dw.data(), dbias.data(), nullptr);
-    benchmark::DoNotOptimize(du.data());
-  }
-  set_bytes(st, kN * kC * (2.0 + 3.0));  // forward: u in, y out; backward: u, dy in, du out
-}
-BENCHMARK(BM_Conv1dForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
