@@ -1,29 +1,27 @@
+// Depthwise causal conv1d, forward / backward / decode step, written once with Google Highway and dispatched per
+// SIMD target at run time (docs/performance.md), for float and for double (the test oracle).
 #include "ops/causal_conv1d.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/fast_exp.h"
+#include "core/simd_target.h"
 
-namespace hlm::ops {
-namespace {
-
-// sigmoid, vectorisable: the branch-free fast_exp for float, std::exp for double (reference precision).
-#pragma omp declare simd
-inline float sigmoid_v(float x) { return 1.f / (1.f + fast_exp(-x)); }
-inline double sigmoid_v(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+// ---- shared by every target (this file is included once per target by foreach_target) ----------------------
+#ifndef HLM_OPS_CAUSAL_CONV1D_SHARED_
+#define HLM_OPS_CAUSAL_CONV1D_SHARED_
+namespace hlm::ops::conv1d {
 
 // Tasks per thread so that each thread gets at least ~32K multiply-adds: tiny problems (decode steps, tests)
 // stay on one thread instead of paying for a parallel region.
 inline i64 min_tasks(i64 work_per_task) { return std::max<i64>(1, (i64{1} << 15) / std::max<i64>(1, work_per_task)); }
 
-constexpr i64 kMaxW = 16;  // widths the kernels accept (the window is held in registers)
+constexpr i64 kMaxW = 16;    // widths the kernels accept (the window is held in registers)
 constexpr i64 kTile = 32;    // tokens per span; dw / dbias are summed in Real over one span, then in double
 constexpr i64 kBlock = 256;  // channels per backward task (vector groups taking turns over a tile)
 
@@ -82,160 +80,10 @@ ConvGeo<Real> resolve(const CausalConv1dArgsT<Real>& a, const char* op) {
   return G;
 }
 
-// y = silu(x) = x * sigmoid(x), in place.
-template <typename Real>
-void silu_inplace(Real* __restrict x, i64 n) {
-#pragma omp simd
-  for (i64 c = 0; c < n; ++c) x[c] *= sigmoid_v(x[c]);
-}
-
-// The backward runs over one row b and one group of kLanes<Real> channels in time order, with the conv window
-// (the last W-1 inputs), the pending du rows and the dw / dbias sums held in vector registers (GCC vector
-// extensions): each token's input, dy and du are read or written once, with no per-channel branch.
-// Documents: at a document start the window is cleared (inputs before the start are zero).
-template <typename Real>
-constexpr int kLanes = 32 / static_cast<int>(sizeof(Real));  // one 32-byte vector (GCC prefers 256-bit AVX)
-template <typename Real>
-struct VecOf {
-  typedef Real type __attribute__((vector_size(32)));
-};
-template <typename Real>
-using Vec = typename VecOf<Real>::type;
-
-// nl <= kLanes channels from p (the rest zero) / to p.
-template <typename Real>
-inline Vec<Real> vload(const Real* p, int nl) {
-  Vec<Real> v = {};
-  if (nl == kLanes<Real>)
-    std::memcpy(&v, p, sizeof v);  // one unaligned vector load
-  else
-    std::memcpy(&v, p, sizeof(Real) * static_cast<size_t>(nl));
-  return v;
-}
-template <typename Real>
-inline void vstore(Real* p, const Vec<Real>& v, int nl) {
-  if (nl == kLanes<Real>)
-    std::memcpy(p, &v, sizeof v);
-  else
-    std::memcpy(p, &v, sizeof(Real) * static_cast<size_t>(nl));
-}
-template <typename Real>
-inline Vec<Real> vsigmoid(Vec<Real> x) {
-  alignas(32) Real a[kLanes<Real>];
-  std::memcpy(a, &x, sizeof x);
-#pragma omp simd
-  for (int i = 0; i < kLanes<Real>; ++i) a[i] = sigmoid_v(a[i]);
-  std::memcpy(&x, a, sizeof x);
-  return x;
-}
-
-// Asks for rows [t0, t1) of row b's tokens, channels [c0, c0+n), of a [B*T, stride] buffer: the strided
-// rows of a channel block are not something the hardware prefetcher predicts.
-template <typename Real>
-inline void prefetch_rows(const Real* base, i64 stride, i64 T, i64 b, i64 t0, i64 t1, i64 c0, i64 n) {
-  for (i64 t = t0; t < t1; ++t) {
-    const char* r = reinterpret_cast<const char*>(base + (b * T + t) * stride + c0);
-    for (i64 off = 0; off < n * static_cast<i64>(sizeof(Real)); off += 64) __builtin_prefetch(r + off);
-  }
-}
-
-// Stores the du of position s (a channel group of row b) as seen from a token whose document starts at l:
-// positions before l belong to another document (dropped), negative ones are conv-state slots.
-template <typename Real>
-inline void put_du(const ConvGeo<Real>& G, Real* du, Real* dinit, i64 b, i64 c0, int nl, i64 s, i64 l,
-                   const Vec<Real>& v) {
-  if (s >= l)
-    vstore(du + (b * G.T + s) * G.ur + c0, v, nl);
-  else if (s < 0 && l == 0 && dinit)
-    vstore(dinit + (b * (G.W - 1) + s + G.W - 1) * G.C + c0, v, nl);
-}
-
-// Forward of tokens [lo, hi) of the flattened [B*T], all channels: one pass over the contiguous channels of
-// each token (rows stream through the cache in order). KW > 0: the width as a constant.
-template <typename Real, int KW, bool SILU>
-void forward_rows(const ConvGeo<Real>& G, Real* y, i64 lo, i64 hi) {
-  const i64 W = KW > 0 ? KW : G.W, C = G.C;
-  const Real* p[kMaxW];
-  const Real* __restrict bb = G.bias ? G.bias : G.zero.data();
-  const Real* __restrict wt = G.wt.data();
-  for (i64 bt = lo; bt < hi; ++bt) {
-    G.taps(bt / G.T, bt % G.T, p);
-    Real* __restrict yr = y + bt * C;
-#pragma omp simd
-    for (i64 c = 0; c < C; ++c) {
-      Real x = bb[c];
-      for (i64 j = 0; j < W; ++j) x += wt[j * C + c] * p[j][c];
-      yr[c] = SILU ? x * sigmoid_v(x) : x;
-    }
-  }
-}
-
-// State of one channel group of one row between token spans. KW > 0: the width as a constant (the tap loops
-// unroll and a span keeps everything in registers); KW = 0: any width up to kMaxW.
-template <typename Real, int KW>
-struct LaneState {
-  static constexpr i64 kCap = KW > 0 ? KW : kMaxW;
-  using V = Vec<Real>;
-  V w[kCap], bias;  // w[:, j], bias of these channels
-  V x[kCap];        // x[k-1] = input at position t-k, k = 1..W-1 (t = the next token)
-  V pend[kCap];     // backward: pend[i] = du of position t-1-i so far
-  V acc[kCap + 1];  // backward: dw taps, then dbias, since the last flush
-  i64 l = 0;        // document start of the last token seen
-
-  // Channels [c0, c0+nl) of row b; the window starts as the conv state (slot W-1-k) or zeros.
-  LaneState(const ConvGeo<Real>& G, i64 W, i64 b, i64 c0, int nl) {
-    for (i64 j = 0; j < W; ++j) w[j] = vload(G.wt.data() + j * G.C + c0, nl);
-    bias = G.bias ? vload(G.bias + c0, nl) : V{};
-    for (i64 k = 1; k < W; ++k) x[k - 1] = G.init ? vload(G.init + (b * (W - 1) + W - 1 - k) * G.C + c0, nl) : V{};
-    for (i64 i = 0; i < kCap; ++i) pend[i] = V{};
-    for (i64 i = 0; i <= kCap; ++i) acc[i] = V{};
-  }
-};
-
-// Backward over tokens [t0, t1) of a channel group, in time order:
-//   dpre = dy * silu'(pre) (silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)), pre recomputed from the window;
-//   acc[j] += dpre * tap_j (dw), acc[W] += dpre (dbias);
-//   du: token t adds w[:, W-1-k] dpre to position t-k (k = 0..W-1). Position t-(W-1) is complete after token
-//   t and is stored, as are the pending positions at a document end (here) and at the row end (caller).
-//   Positions before the token's document start are dropped; negative ones (first document) are the
-//   conv-state slots.
-template <typename Real, int KW, bool SILU>
-void backward_span(const ConvGeo<Real>& G, const Real* dy, Real* du, Real* dinit, i64 b, i64 c0, int nl, i64 t0,
-                   i64 t1, LaneState<Real, KW>& st) {
-  using V = Vec<Real>;
-  const i64 W = KW > 0 ? KW : G.W, T = G.T, C = G.C;
-  LaneState<Real, KW> s = st;
-  for (i64 t = t0; t < t1; ++t) {
-    if (t > 0 && G.lo(b, t) == t) {
-      for (i64 i = 0; i + 1 < W; ++i) put_du(G, du, dinit, b, c0, nl, t - 1 - i, s.l, s.pend[i]);
-      for (i64 i = 0; i + 1 < W; ++i) s.pend[i] = V{};
-      for (i64 k = 1; k < W; ++k) s.x[k - 1] = V{};
-      s.l = t;
-    }
-    const V x0 = vload(G.u + (b * T + t) * G.ur + c0, nl);
-    V dp = vload(dy + (b * T + t) * C + c0, nl);
-    if (SILU) {
-      V p = s.bias + s.w[W - 1] * x0;
-      for (i64 k = 1; k < W; ++k) p += s.w[W - 1 - k] * s.x[k - 1];
-      const V sg = vsigmoid<Real>(p);
-      dp *= sg * (Real(1) + p * (Real(1) - sg));
-    }
-    s.acc[W] += dp;
-    s.acc[W - 1] += dp * x0;
-    for (i64 k = 1; k < W; ++k) s.acc[W - 1 - k] += dp * s.x[k - 1];
-    const V done = (W > 1 ? s.pend[W - 2] : V{}) + s.w[0] * dp;  // position t-(W-1)
-    for (i64 i = W - 2; i >= 1; --i) s.pend[i] = s.pend[i - 1] + s.w[W - 1 - i] * dp;
-    if (W > 1) s.pend[0] = s.w[W - 1] * dp;
-    put_du(G, du, dinit, b, c0, nl, t - (W - 1), s.l, done);
-    for (i64 k = W - 1; k > 1; --k) s.x[k - 1] = s.x[k - 2];
-    if (W > 1) s.x[0] = x0;
-  }
-  st = s;
-}
-
+// fn(std::integral_constant<int, KW>, std::bool_constant<SILU>): the common width 4 as a constant (the tap
+// loops unroll), any other width as KW = 0.
 template <typename Real, typename Fn>
-void dispatch(const ConvGeo<Real>& G, Fn&& fn) {
-  // fn(std::integral_constant<int, KW>, std::bool_constant<SILU>)
+void with_width(const ConvGeo<Real>& G, Fn&& fn) {
   if (G.W == 4) {
     if (G.silu)
       fn(std::integral_constant<int, 4>{}, std::true_type{});
@@ -249,20 +97,283 @@ void dispatch(const ConvGeo<Real>& G, Fn&& fn) {
   }
 }
 
+// Asks for rows [t0, t1) of row b's tokens, channels [c0, c0+n), of a [B*T, stride] buffer: the strided
+// rows of a channel block are not something the hardware prefetcher predicts.
+template <typename Real>
+inline void prefetch_rows(const Real* base, i64 stride, i64 T, i64 b, i64 t0, i64 t1, i64 c0, i64 n) {
+  for (i64 t = t0; t < t1; ++t) {
+    const char* r = reinterpret_cast<const char*>(base + (b * T + t) * stride + c0);
+    for (i64 off = 0; off < n * static_cast<i64>(sizeof(Real)); off += 64) __builtin_prefetch(r + off);
+  }
+}
+
+}  // namespace hlm::ops::conv1d
+#endif  // HLM_OPS_CAUSAL_CONV1D_SHARED_
+
+// ---- per-target kernels ----------------------------------------------------------------------------------------
+#include "core/simd_config.h"  // before any Highway header
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/causal_conv1d.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "ops/simd_math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace hlm::ops::HWY_NAMESPACE {
+using namespace hlm::ops::conv1d;
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// sigmoid(x) = 1 / (1 + e^-x): float through the vector exp (exp() is 0 / saturated at the extremes, so this
+// stays finite), double lane by lane through std::exp (reference precision).
+template <class D>
+HWY_INLINE hn::Vec<D> sigmoid(D d, hn::Vec<D> x) {
+  using T = hn::TFromD<D>;
+  const hn::Vec<D> one = hn::Set(d, T(1));
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::Div(one, hn::Add(one, exp(d, hn::Neg(x))));
+  } else {
+    T a[HWY_MAX_BYTES / sizeof(T)];
+    hn::StoreU(x, d, a);
+    for (size_t i = 0; i < hn::Lanes(d); ++i) a[i] = T(1) / (T(1) + std::exp(-a[i]));
+    return hn::LoadU(d, a);
+  }
+}
+
+// One output row (all C channels) from its W tap rows p[j] (tap j = input t-W+1+j): y = bias + sum_j w[:, j] p[j],
+// then SiLU. The forward and the decode step share it, so a step gives bitwise the forward's output.
+template <int KW, bool SILU, class D>
+HWY_INLINE void conv_row(D d, const ConvGeo<hn::TFromD<D>>& G, const hn::TFromD<D>* const* p,
+                         hn::TFromD<D>* HWY_RESTRICT y) {
+  using V = hn::Vec<D>;
+  const i64 W = KW > 0 ? KW : G.W, C = G.C;
+  const auto* bias = G.bias ? G.bias : G.zero.data();
+  const auto* wt = G.wt.data();
+  for_each_vector(d, C, [&](i64 c, size_t n) {
+    V x = load_part(d, bias + c, n);
+    for (i64 j = 0; j < W; ++j) x = hn::MulAdd(load_part(d, wt + j * C + c, n), load_part(d, p[j] + c, n), x);
+    if (SILU) x = hn::Mul(x, sigmoid(d, x));
+    store_part(d, x, y + c, n);
+  });
+}
+
+// Forward of tokens [lo, hi) of the flattened [B*T], all channels: one pass over the contiguous channels of
+// each token (rows stream through the cache in order).
+template <typename Real>
+void forward(const ConvGeo<Real>& G, Real* y) {
+  parallel_for(
+      G.B * G.T,
+      [&](i64 lo, i64 hi) {
+        const hn::ScalableTag<Real> d;
+        with_width(G, [&](auto kw, auto silu) {
+          const Real* p[kMaxW];
+          for (i64 bt = lo; bt < hi; ++bt) {
+            G.taps(bt / G.T, bt % G.T, p);
+            conv_row<decltype(kw)::value, decltype(silu)::value>(d, G, p, y + bt * G.C);
+          }
+        });
+      },
+      min_tasks(G.C * G.W));
+}
+
+// One decode token per row: taps = the W-1 state rows, then the input; the state then shifts by one.
+template <typename Real>
+void step(const ConvGeo<Real>& G, Real* state, Real* y) {
+  const hn::ScalableTag<Real> d;
+  const i64 C = G.C, W = G.W;
+  with_width(G, [&](auto kw, auto silu) {
+    const Real* p[kMaxW];
+    for (i64 b = 0; b < G.B; ++b) {
+      const Real* ur = G.u + b * G.ur;
+      Real* st = W > 1 ? state + b * (W - 1) * C : nullptr;
+      for (i64 j = 0; j + 1 < W; ++j) p[j] = st + j * C;
+      p[W - 1] = ur;
+      conv_row<decltype(kw)::value, decltype(silu)::value>(d, G, p, y + b * C);
+      if (W > 1) {
+        std::copy(st + C, st + (W - 1) * C, st);
+        std::copy(ur, ur + C, st + (W - 2) * C);
+      }
+    }
+  });
+}
+
+// Windows of a task's channel groups (one vector of lanes each) between token spans, kept in memory: vectors
+// live in registers only inside a span (a portable build's heap does not align them for the wider targets).
+// Group g: x[k-1] = input at position t-k (k = 1..W-1, t = the next token), pend[i] = du of position t-1-i so
+// far, l = document start of the last token seen.
+template <typename Real>
+struct Windows {
+  i64 L = 0;
+  std::vector<Real> buf;  // [ng, 2, kMaxW, L]
+  std::vector<i64> l;     // [ng]
+  Real* x(i64 g) { return buf.data() + g * 2 * kMaxW * L; }
+  Real* pend(i64 g) { return x(g) + kMaxW * L; }
+  // Channels [c0, ...) of row b in groups of L lanes: the window starts as the conv state (slot W-1-k) or zeros.
+  void reset(const ConvGeo<Real>& G, i64 b, i64 c0, i64 ng, i64 nc) {
+    buf.assign(static_cast<size_t>(ng * 2 * kMaxW * L), Real(0));
+    l.assign(static_cast<size_t>(ng), 0);
+    if (!G.init) return;
+    for (i64 g = 0; g < ng; ++g)
+      for (i64 k = 1; k < G.W; ++k) {
+        const Real* src = G.init + (b * (G.W - 1) + G.W - 1 - k) * G.C + c0 + g * L;
+        std::copy(src, src + std::min(L, nc - g * L), x(g) + (k - 1) * L);
+      }
+  }
+};
+
+// Stores the du of position s (a channel group of row b) as seen from a token whose document starts at l:
+// positions before l belong to another document (dropped), negative ones are conv-state slots.
+template <class D>
+HWY_INLINE void put_du(D d, const ConvGeo<hn::TFromD<D>>& G, hn::TFromD<D>* du, hn::TFromD<D>* dinit, i64 b, i64 c0,
+                       size_t nl, i64 s, i64 l, hn::Vec<D> v) {
+  if (s >= l)
+    store_part(d, v, du + (b * G.T + s) * G.ur + c0, nl);
+  else if (s < 0 && l == 0 && dinit)
+    store_part(d, v, dinit + (b * (G.W - 1) + s + G.W - 1) * G.C + c0, nl);
+}
+
+// Backward over tokens [t0, t1) of a channel group, in time order:
+//   dpre = dy * silu'(pre) (silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)), pre recomputed from the window;
+//   acc[j] += dpre * tap_j (dw), acc[W] += dpre (dbias), added to the double partials pr[j * C] at the end;
+//   du: token t adds w[:, W-1-k] dpre to position t-k (k = 0..W-1). Position t-(W-1) is complete after token
+//   t and is stored, as are the pending positions at a document end (here) and at the row end (caller).
+//   Positions before the token's document start are dropped; negative ones (first document) are the
+//   conv-state slots. At a document start the window is cleared (inputs before the start are zero).
+// KW > 0: the width as a constant (the tap loops unroll and the span keeps everything in registers).
+template <int KW, bool SILU, class D>
+void backward_span(D d, const ConvGeo<hn::TFromD<D>>& G, const hn::TFromD<D>* dy, hn::TFromD<D>* du,
+                   hn::TFromD<D>* dinit, i64 b, i64 c0, size_t nl, i64 t0, i64 t1, hn::TFromD<D>* xs,
+                   hn::TFromD<D>* ps, i64& l, double* pr) {
+  using V = hn::Vec<D>;
+  using T = hn::TFromD<D>;
+  constexpr i64 kCap = KW > 0 ? KW : kMaxW;
+  const i64 W = KW > 0 ? KW : G.W, C = G.C, L = static_cast<i64>(hn::Lanes(d));
+  const V one = hn::Set(d, T(1));
+  V w[kCap], x[kCap], pend[kCap], acc[kCap + 1];
+  for (i64 j = 0; j < W; ++j) w[j] = load_part(d, G.wt.data() + j * C + c0, nl);
+  const V bias = G.bias ? load_part(d, G.bias + c0, nl) : hn::Zero(d);
+  for (i64 k = 0; k + 1 < W; ++k) x[k] = hn::LoadU(d, xs + k * L), pend[k] = hn::LoadU(d, ps + k * L);
+  for (i64 j = 0; j <= W; ++j) acc[j] = hn::Zero(d);
+  for (i64 t = t0; t < t1; ++t) {
+    if (t > 0 && G.lo(b, t) == t) {
+      for (i64 i = 0; i + 1 < W; ++i) put_du(d, G, du, dinit, b, c0, nl, t - 1 - i, l, pend[i]);
+      for (i64 i = 0; i + 1 < W; ++i) pend[i] = hn::Zero(d);
+      for (i64 k = 1; k < W; ++k) x[k - 1] = hn::Zero(d);
+      l = t;
+    }
+    const V x0 = load_part(d, G.u + (b * G.T + t) * G.ur + c0, nl);
+    V dp = load_part(d, dy + (b * G.T + t) * C + c0, nl);
+    if (SILU) {
+      V p = hn::MulAdd(w[W - 1], x0, bias);
+      for (i64 k = 1; k < W; ++k) p = hn::MulAdd(w[W - 1 - k], x[k - 1], p);
+      const V sg = sigmoid(d, p);
+      dp = hn::Mul(dp, hn::Mul(sg, hn::MulAdd(p, hn::Sub(one, sg), one)));
+    }
+    acc[W] = hn::Add(acc[W], dp);
+    acc[W - 1] = hn::MulAdd(dp, x0, acc[W - 1]);
+    for (i64 k = 1; k < W; ++k) acc[W - 1 - k] = hn::MulAdd(dp, x[k - 1], acc[W - 1 - k]);
+    const V done = hn::MulAdd(w[0], dp, W > 1 ? pend[W - 2] : hn::Zero(d));  // position t-(W-1)
+    for (i64 i = W - 2; i >= 1; --i) pend[i] = hn::MulAdd(w[W - 1 - i], dp, pend[i - 1]);
+    if (W > 1) pend[0] = hn::Mul(w[W - 1], dp);
+    put_du(d, G, du, dinit, b, c0, nl, t - (W - 1), l, done);
+    for (i64 k = W - 1; k > 1; --k) x[k - 1] = x[k - 2];
+    if (W > 1) x[0] = x0;
+  }
+  for (i64 k = 0; k + 1 < W; ++k) hn::StoreU(x[k], d, xs + k * L), hn::StoreU(pend[k], d, ps + k * L);
+  T lanes[HWY_MAX_BYTES / sizeof(T)] = {};
+  for (i64 j = 0; j <= W; ++j) {
+    hn::StoreU(acc[j], d, lanes);
+    for (size_t i = 0; i < nl; ++i) pr[j * C + static_cast<i64>(i)] += static_cast<double>(lanes[i]);
+  }
+}
+
+// Tasks: (row, block of kBlock channels), each owning its du / d_initial_state entries. The block's vector
+// groups take turns over tiles of kTile tokens (the next tile prefetched), so each cache line of u, dy and du
+// is fetched once. dw / dbias: Real sums over a tile, then added to the row's double partials part [B, W+1, C].
+template <typename Real>
+void backward(const ConvGeo<Real>& G, const Real* dy, Real* du, Real* dinit, double* part) {
+  const hn::ScalableTag<Real> d;
+  const i64 C = G.C, W = G.W, T = G.T, L = static_cast<i64>(hn::Lanes(d)), nblk = (C + kBlock - 1) / kBlock;
+  parallel_for(
+      G.B * nblk,
+      [&](i64 lo, i64 hi) {
+        with_width(G, [&](auto kw, auto silu) {
+          Windows<Real> win;
+          win.L = L;
+          for (i64 task = lo; task < hi; ++task) {
+            const i64 b = task / nblk, c0 = (task % nblk) * kBlock, nc = std::min(kBlock, C - c0),
+                      ng = (nc + L - 1) / L;
+            auto nl = [&](i64 g) { return static_cast<size_t>(std::min(L, nc - g * L)); };
+            win.reset(G, b, c0, ng, nc);
+            for (i64 t0 = 0; t0 < T; t0 += kTile) {
+              prefetch_rows(G.u, G.ur, T, b, t0 + kTile, std::min(T, t0 + 2 * kTile), c0, nc);
+              prefetch_rows(dy, C, T, b, t0 + kTile, std::min(T, t0 + 2 * kTile), c0, nc);
+              for (i64 g = 0; g < ng; ++g)
+                backward_span<decltype(kw)::value, decltype(silu)::value>(
+                    d, G, dy, du, dinit, b, c0 + g * L, nl(g), t0, std::min(T, t0 + kTile), win.x(g), win.pend(g),
+                    win.l[g], part + b * (W + 1) * C + c0 + g * L);
+            }
+            for (i64 g = 0; g < ng; ++g)  // the pending positions of the row's last document
+              for (i64 i = 0; i + 1 < W; ++i)
+                put_du(d, G, du, dinit, b, c0 + g * L, nl(g), T - 1 - i, win.l[g], hn::LoadU(d, win.pend(g) + i * L));
+          }
+        });
+      },
+      min_tasks(T * kBlock * W * 3));
+}
+
+}  // namespace
+
+// Entry points per element type (HWY_EXPORT takes plain functions).
+void conv_forward_f32(const ConvGeo<float>& G, float* y) { forward(G, y); }
+void conv_forward_f64(const ConvGeo<double>& G, double* y) { forward(G, y); }
+void conv_step_f32(const ConvGeo<float>& G, float* state, float* y) { step(G, state, y); }
+void conv_step_f64(const ConvGeo<double>& G, double* state, double* y) { step(G, state, y); }
+void conv_backward_f32(const ConvGeo<float>& G, const float* dy, float* du, float* dinit, double* part) {
+  backward(G, dy, du, dinit, part);
+}
+void conv_backward_f64(const ConvGeo<double>& G, const double* dy, double* du, double* dinit, double* part) {
+  backward(G, dy, du, dinit, part);
+}
+
+}  // namespace hlm::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+// ---- public ops ------------------------------------------------------------------------------------------------
+#if HWY_ONCE
+namespace hlm::ops {
+
+HWY_EXPORT(conv_forward_f32);
+HWY_EXPORT(conv_forward_f64);
+HWY_EXPORT(conv_step_f32);
+HWY_EXPORT(conv_step_f64);
+HWY_EXPORT(conv_backward_f32);
+HWY_EXPORT(conv_backward_f64);
+
+using namespace conv1d;
+namespace {
+
+void run_forward(const ConvGeo<float>& G, float* y) { HWY_DYNAMIC_DISPATCH(conv_forward_f32)(G, y); }
+void run_forward(const ConvGeo<double>& G, double* y) { HWY_DYNAMIC_DISPATCH(conv_forward_f64)(G, y); }
+void run_step(const ConvGeo<float>& G, float* st, float* y) { HWY_DYNAMIC_DISPATCH(conv_step_f32)(G, st, y); }
+void run_step(const ConvGeo<double>& G, double* st, double* y) { HWY_DYNAMIC_DISPATCH(conv_step_f64)(G, st, y); }
+void run_backward(const ConvGeo<float>& G, const float* dy, float* du, float* dinit, double* part) {
+  HWY_DYNAMIC_DISPATCH(conv_backward_f32)(G, dy, du, dinit, part);
+}
+void run_backward(const ConvGeo<double>& G, const double* dy, double* du, double* dinit, double* part) {
+  HWY_DYNAMIC_DISPATCH(conv_backward_f64)(G, dy, du, dinit, part);
+}
 }  // namespace
 
 template <typename Real>
 void causal_conv1d_forward(const CausalConv1dArgsT<Real>& a, CcOut<Real> y, CcOut<Real> final_state) {
   const auto G = resolve(a, "causal_conv1d_forward");
   HLM_CHECK(y != nullptr, "causal_conv1d_forward: y is required ({})", shape_str(a));
-  parallel_for(
-      G.B * G.T,
-      [&](i64 lo, i64 hi) {
-        dispatch(G, [&](auto kw, auto silu) {
-          forward_rows<Real, decltype(kw)::value, decltype(silu)::value>(G, y, lo, hi);
-        });
-      },
-      min_tasks(G.C * G.W));
+  init_simd();
+  run_forward(G, y);
   const i64 C = G.C;
   if (final_state && G.W > 1) {
     // Slot j holds input position T-(W-1)+j of the row's last document. Ascending j reads slot T+j > j of
@@ -279,51 +390,17 @@ void causal_conv1d_forward(const CausalConv1dArgsT<Real>& a, CcOut<Real> y, CcOu
   }
 }
 
-// Tasks: (row, block of kBlock channels), each owning its du / d_initial_state entries. The block's vector
-// groups take turns over tiles of kTile tokens (the next tile prefetched), so each cache line of u, dy and du
-// is fetched once while every group keeps its window in registers. dw / dbias: Real sums over a tile, then
-// per-row double partials [B, W+1, C] summed in row order: deterministic for any thread count.
+// dw / dbias: per-row double partials [B, W+1, C] summed in row order: deterministic for any thread count.
 template <typename Real>
 void causal_conv1d_backward(const CausalConv1dArgsT<Real>& a, CcIn<Real> dy, CcOut<Real> du, CcOut<Real> dw,
                             CcOut<Real> dbias, CcOut<Real> d_initial_state) {
   const auto G = resolve(a, "causal_conv1d_backward");
   HLM_CHECK(dy && du, "causal_conv1d_backward: dy and du are required ({})", shape_str(a));
-  const i64 C = G.C, W = G.W, T = G.T, L = kLanes<Real>, nblk = (C + kBlock - 1) / kBlock;
+  const i64 C = G.C, W = G.W;
   if (d_initial_state) std::fill(d_initial_state, d_initial_state + G.B * (W - 1) * C, Real(0));
   std::vector<double> part(static_cast<size_t>(G.B * (W + 1) * C), 0.0);  // [B, W+1, C]: dw taps, then dbias
-  parallel_for(
-      G.B * nblk,
-      [&](i64 lo, i64 hi) {
-        dispatch(G, [&](auto kw, auto silu) {
-          constexpr int KW = decltype(kw)::value;
-          std::vector<LaneState<Real, KW>> st;
-          for (i64 task = lo; task < hi; ++task) {
-            const i64 b = task / nblk, c0 = (task % nblk) * kBlock, ng = (std::min(kBlock, C - c0) + L - 1) / L;
-            auto nl = [&](i64 g) { return static_cast<int>(std::min(L, C - c0 - g * L)); };
-            st.clear();
-            for (i64 g = 0; g < ng; ++g) st.emplace_back(G, W, b, c0 + g * L, nl(g));
-            const i64 nc = std::min(kBlock, C - c0);
-            for (i64 t0 = 0; t0 < T; t0 += kTile) {
-              prefetch_rows(G.u, G.ur, T, b, t0 + kTile, std::min(T, t0 + 2 * kTile), c0, nc);
-              prefetch_rows(dy, C, T, b, t0 + kTile, std::min(T, t0 + 2 * kTile), c0, nc);
-              for (i64 g = 0; g < ng; ++g) {
-                auto& s = st[g];
-                backward_span<Real, KW, decltype(silu)::value>(G, dy, du, d_initial_state, b, c0 + g * L, nl(g), t0,
-                                                               std::min(T, t0 + kTile), s);
-                double* pr = part.data() + b * (W + 1) * C + c0 + g * L;
-                for (i64 j = 0; j <= W; ++j) {
-                  for (int i = 0; i < nl(g); ++i) pr[j * C + i] += static_cast<double>(s.acc[j][i]);
-                  s.acc[j] = Vec<Real>{};
-                }
-              }
-            }
-            for (i64 g = 0; g < ng; ++g)  // the pending positions of the row's last document
-              for (i64 i = 0; i + 1 < W; ++i)
-                put_du(G, du, d_initial_state, b, c0 + g * L, nl(g), T - 1 - i, st[g].l, st[g].pend[i]);
-          }
-        });
-      },
-      min_tasks(T * kBlock * W * 3));
+  init_simd();
+  run_backward(G, dy, du, d_initial_state, part.data());
   for (i64 j = 0; j <= W; ++j) {
     Real* out = j < W ? dw : dbias;
     if (!out) continue;
@@ -340,23 +417,8 @@ void causal_conv1d_step(const CausalConv1dArgsT<Real>& a, CcOut<Real> state, CcO
   const auto G = resolve(a, "causal_conv1d_step");
   HLM_CHECK(a.T == 1 && !a.initial_state && !a.doc_start && y && (state || a.W == 1),
             "causal_conv1d_step: needs T == 1, state and y, and no initial_state / doc_start ({})", shape_str(a));
-  const i64 C = G.C, W = G.W;
-  for (i64 b = 0; b < G.B; ++b) {
-    Real* yr = y + b * C;
-    const Real* ur = G.u + b * G.ur;
-    Real* st = W > 1 ? state + b * (W - 1) * C : nullptr;
-    for (i64 c = 0; c < C; ++c) yr[c] = G.bias ? G.bias[c] : Real(0);
-    for (i64 j = 0; j < W; ++j) {
-      const Real* p = j < W - 1 ? st + j * C : ur;
-      const Real* wj = G.wt.data() + j * C;
-      for (i64 c = 0; c < C; ++c) yr[c] += wj[c] * p[c];
-    }
-    if (W > 1) {
-      std::copy(st + C, st + (W - 1) * C, st);
-      std::copy(ur, ur + C, st + (W - 2) * C);
-    }
-    if (G.silu) silu_inplace(yr, C);
-  }
+  init_simd();
+  run_step(G, state, y);
 }
 
 #define HLM_INSTANTIATE(Real)                                                                                    \
@@ -368,3 +430,4 @@ HLM_INSTANTIATE(double)
 #undef HLM_INSTANTIATE
 
 }  // namespace hlm::ops
+#endif  // HWY_ONCE

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/matmul.h"
+#include "ops/scan_simd.h"
 
 namespace hlm::ops {
 namespace {
@@ -296,26 +297,9 @@ struct ChunkWork {
     }
     mm<F>(false, true, L, L, K, 1, s.k, s.ks, s.k, s.ks, 0, A, C);
     if (need_qk) mm<F>(false, true, L, L, K, 1, s.q, s.qs, s.k, s.ks, 0, QK, C);
-    // Forward substitution, row by row: T_i = e_i - sum_{m<i} M_im T_m with M_im = beta_i A_im Gamma_im. Row m of
-    // T is zero right of its unit diagonal, so for columns [jb, jb+16) only m >= jb contribute; each 16-wide
-    // block is accumulated in registers (rows are padded to a multiple of 16 with zeros).
-    for (i64 i = 0; i < L; ++i) {
-      F* ti = Tm + i * C;
-      const F* Ai = A + i * C;
-      const F* Gi = Gam + i * C;
-      for (i64 jb = 0; jb < i; jb += 16) {
-        F acc[16] = {};
-        for (i64 m = jb; m < i; ++m) {
-          const F c = bt[i] * Ai[m] * Gi[m];
-          const F* tm = Tm + m * C + jb;
-#pragma omp simd
-          for (i64 j = 0; j < 16; ++j) acc[j] += c * tm[j];
-        }
-        for (i64 j = 0; j < 16; ++j) ti[jb + j] = -acc[j];
-      }
-      ti[i] = 1;
-      for (i64 j = i + 1; j < C; ++j) ti[j] = 0;
-    }
+    // Forward substitution, row by row: T_i = e_i - sum_{m<i} M_im T_m with M_im = beta_i A_im Gamma_im
+    // (rows are padded to a multiple of 16 with zeros).
+    unit_lower_inverse(A, Gam, bt, Tm, L, C);
     for (i64 i = 0; i < L; ++i) {
       const F* ki = s.k + i * s.ks;
       const F* vi = s.v + i * s.vs;

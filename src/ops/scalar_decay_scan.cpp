@@ -9,18 +9,15 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/fast_exp.h"
 #include "ops/matmul.h"
+#include "ops/scan_simd.h"
 
 namespace hlm::ops {
 namespace {
 
-// exp over an array: the vectorised fast_exp for float (masked entries are -inf and give exactly 0),
+// exp over an array: the dispatched vector exp for float (masked entries are -inf and give exactly 0),
 // std::exp for double.
-inline void exp_inplace(float* x, i64 n) {
-#pragma omp simd
-  for (i64 i = 0; i < n; ++i) x[i] = fast_exp(x[i]);
-}
+inline void exp_inplace(float* x, i64 n) { exp_inplace_simd(x, n); }
 inline void exp_inplace(double* x, i64 n) {
   for (i64 i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }

@@ -60,16 +60,24 @@ HWY_INLINE V exp(D d, V x) {
   return hn::IfThenZeroElse(hn::Lt(x, lo), hn::Mul(exp_reduced(d, r), pow2i(d, n)));
 }
 
-// ---- loops over a row of n floats in whole vectors and one partial tail ---------------------------------------
-// The elementwise kernels (SwiGLU, RMSNorm, RoPE) are written once as body(i, count): `count` lanes from index i,
-// count == Lanes(d) except in the tail, where loads zero the missing lanes and stores leave them untouched.
+// ---- loops over a row of n elements in whole vectors and one partial tail -------------------------------------
+// The elementwise kernels (SwiGLU, RMSNorm, RoPE, conv1d) are written once as body(i, count): `count` lanes from
+// index i, count == Lanes(d) except in the tail, where loads zero the missing lanes and stores leave them untouched.
 template <class D>
-HWY_INLINE hn::Vec<D> load_part(D d, const float* p, size_t count) {
-  return count == hn::Lanes(d) ? hn::LoadU(d, p) : hn::MaskedLoad(hn::FirstN(d, count), d, p);
+HWY_INLINE hn::Vec<D> load_part(D d, const hn::TFromD<D>* p, size_t count) {
+  if (count == hn::Lanes(d)) return hn::LoadU(d, p);
+#if HWY_TARGET == HWY_EMU128
+  // EMU128's MaskedLoad reads the whole vector (past the end of the row); copy the tail instead.
+  hn::TFromD<D> buf[HWY_MAX_BYTES / sizeof(hn::TFromD<D>)] = {};
+  for (size_t i = 0; i < count; ++i) buf[i] = p[i];
+  return hn::LoadU(d, buf);
+#else
+  return hn::MaskedLoad(hn::FirstN(d, count), d, p);
+#endif
 }
 
 template <class D>
-HWY_INLINE void store_part(D d, hn::Vec<D> v, float* p, size_t count) {
+HWY_INLINE void store_part(D d, hn::Vec<D> v, hn::TFromD<D>* p, size_t count) {
   if (count == hn::Lanes(d)) hn::StoreU(v, d, p);
   else hn::BlendedStore(v, hn::FirstN(d, count), d, p);
 }
