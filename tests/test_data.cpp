@@ -186,6 +186,15 @@ TEST(SentencePiece, TrainOnGeneratedCorpusThenRoundTrip) {
 
 // ---------------------------------------------------------------------------------------------- corpus
 
+// A model whose second piece starts with a NUL byte passes SentencePiece's checks and then throws from its trie
+// builder (found by fuzz_tokenizer): refused as an error naming the file, not an escaped exception.
+TEST(Tokenizer, ModelWithANulPieceIsAnErrorNamingTheFile) {
+  TempDir dir("nulpiece");
+  const std::string bytes("\x0a\x0e\x0a\x05\x3c\x75\x6e\x6b\x3e\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x03\x00\x73\x3c\x20\x3e\x15\x00\x00\x18\x78\x18\x06", 32);
+  write_file(dir / "nul.model", bytes);
+  expect_error([&] { load_tokenizer(dir / "nul.model"); }, {"nul.model", "SentencePiece"});
+}
+
 TEST(Corpus, ScansFoldersRecursivelyAndReadsGzip) {
   TempDir dir("scan");
   write_file(dir / "a.txt", "alpha\n");
