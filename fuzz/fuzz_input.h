@@ -10,14 +10,24 @@
 
 namespace hlm::fuzz {
 
-inline const std::filesystem::path& scratch_dir() {
-  static const std::filesystem::path dir = [] {
+// Removed when the run ends (libFuzzer's time limit ends with exit(), which runs this destructor); a crash
+// leaves it, beside the crash input.
+struct ScratchDir {
+  std::filesystem::path path;
+  ScratchDir() {
     const std::filesystem::path base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
-    auto d = base / ("hlm_fuzz_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+    path = base / ("hlm_fuzz_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+inline const std::filesystem::path& scratch_dir() {
+  static const ScratchDir dir;
+  return dir.path;
 }
 
 // Writes the input to <scratch>/<rel> (folders created) and returns the path.

@@ -32,10 +32,12 @@ struct ScratchDir {
   }
 };
 
+// The shared scratch folder of the CLI tests (removed at exit like every ScratchDir), with a small corpus.
 inline const std::filesystem::path& cli_tmp_root() {
   namespace fs = std::filesystem;
-  static fs::path p = [] {
-    fs::path d = fs::temp_directory_path() / ("hlm_cli_test_" + std::to_string(::getpid()));
+  static const ScratchDir dir("hlm_cli_test_");
+  static const bool filled = [] {
+    const fs::path& d = dir.path;
     fs::create_directories(d / "corpus");
     for (int i = 0; i < 6; ++i) {
       std::ofstream f(d / "corpus" / ("doc" + std::to_string(i) + ".txt"));
@@ -43,9 +45,10 @@ inline const std::filesystem::path& cli_tmp_root() {
     }
     fs::create_directories(d / "empty");
     ::setenv("HLM_DATA_CACHE", (d / "cache").c_str(), 1);
-    return d;
+    return true;
   }();
-  return p;
+  (void)filled;
+  return dir.path;
 }
 
 inline std::string slurp(const std::filesystem::path& p) {

@@ -104,7 +104,8 @@ TEST(HfConfig, QkNormExportsToQwen3AndTheRestIsRefusedWithTheReason) {
       {{"pattern=LLLF"}, "layer type L (Lightning)"},
   };
   for (const auto& [sets, needle] : refused) {
-    const std::string msg = error_of([&] { hf_export_config(small(sets), {}); });
+    // An init-capture, not the binding itself: clang before 16 refuses to capture a structured binding.
+    const std::string msg = error_of([&s = sets] { hf_export_config(small(s), {}); });
     EXPECT_NE(msg.find(needle), std::string::npos) << "'" << msg << "' should contain '" << needle << "'";
   }
   EXPECT_NE(error_of([&] { hf_export_config(small({}), {-1, 300}); }).find("eos id 300"), std::string::npos);

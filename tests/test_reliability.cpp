@@ -35,7 +35,8 @@ using hlm::testing::run_cli;
 namespace {
 
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("hlm_rel_" + std::to_string(::getpid())) / name;
+  static const hlm::testing::ScratchDir root("hlm_rel_");
+  const fs::path d = root.path / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

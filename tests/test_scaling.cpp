@@ -476,8 +476,8 @@ TEST(SweepCli, TrainsSkipsFinishedRunsAndResumes) {
   make_sweep_corpus();
   json p = base_plan();
   p["out"] = (tmp_dir() / "sweep2").string();
-  p["archs"] = {p["archs"][1]};
-  p["sizes"] = {p["sizes"][0]};
+  p["archs"] = json::array({p["archs"][1]});  // not `= {x}`: clang reads a one-element brace as a copy of x
+  p["sizes"] = json::array({p["sizes"][0]});
   const fs::path f = write_plan("real", p);
   Result r = run("sweep " + f.string() + " --json");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -504,7 +504,9 @@ TEST(SweepCli, TrainsSkipsFinishedRunsAndResumes) {
   // A run folder past the plan is an error, and a finished sweep re-run skips everything.
   Result again = run("sweep " + f.string() + " --json");
   ASSERT_EQ(again.code, 0) << again.err;
-  for (auto& e : json::parse(again.out)["runs"]) EXPECT_FALSE(e.contains("exit_code")) << e.dump();
+  // Named first: a range-for over `json::parse(...)["runs"]` iterates a temporary already destroyed (ASan).
+  const json again_json = json::parse(again.out);
+  for (auto& e : again_json["runs"]) EXPECT_FALSE(e.contains("exit_code")) << e.dump();
 
   // Simulate an interrupted run: copy the 3-step run's folder to the 4-step name, then resume it.
   fs::copy(tmp_dir() / "sweep2" / "nope8-s1-3", tmp_dir() / "sweep2" / "nope8-s1-4", fs::copy_options::recursive);
@@ -537,7 +539,7 @@ TEST(SweepCli, JobsTrainsSeveralRunsAtOnce) {
   json p = base_plan();
   p["out"] = (tmp_dir() / "sweep_jobs").string();
   p["train"].erase("threads");
-  p["sizes"] = {p["sizes"][0]};
+  p["sizes"] = json::array({p["sizes"][0]});
   Result r = run("sweep " + write_plan("jobs", p).string() + " --jobs 2 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(r.out);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli_harness.h"
 #include "core/error.h"
 #include "study/plan.h"
 #include "study/recall_sweep.h"
@@ -34,8 +35,8 @@ json shipped() {
 }
 
 fs::path write_plan(const std::string& name, const json& j) {
-  const fs::path dir = fs::temp_directory_path() / ("hlm_study_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  static const hlm::testing::ScratchDir root("hlm_study_test_");
+  const fs::path& dir = root.path;
   const fs::path p = dir / (name + ".json");
   std::ofstream(p) << j.dump(2);
   return p;

@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "data/byte_tokenizer.h"
 #include "data/corpus.h"
+#include "data/interrupt_cleanup.h"
 #include "data/shard.h"
 #include "data/spm_trainer.h"
 #include "data/tokenizer.h"
@@ -209,18 +210,23 @@ Dataset build(const Corpus& corpus, const std::string& data_spec, const Tokenize
   if (ec) fail("dataset: cannot create cache folder {}: {}", dir.parent_path().string(), ec.message());
   // Build in a private folder and rename it into place: readers never see a half-built dataset, and
   // two processes building at once do not clash.
-  // Leftovers of builds that were killed (their process is gone) would otherwise pile up.
-  const std::string tmp_prefix = dir.filename().string() + ".tmp-";
+  // Leftovers of builds that were killed (their process is gone: kill -9, or a signal the build did not
+  // handle) would otherwise pile up: the build folder `.tmp-PID-N` and a replaced dataset `.old-PID-N`.
+  const std::string name = dir.filename().string();
   for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
     std::string f = e.path().filename().string();
-    if (f.rfind(tmp_prefix, 0) != 0) continue;
-    long pid = std::strtol(f.c_str() + tmp_prefix.size(), nullptr, 10);
+    if (f.size() <= name.size() + 5 || f.compare(0, name.size(), name) != 0) continue;
+    const std::string kind = f.substr(name.size(), 5);
+    if (kind != ".tmp-" && kind != ".old-") continue;
+    long pid = std::strtol(f.c_str() + name.size() + 5, nullptr, 10);
     if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
   }
   fs::path tmp = dir;
   static std::atomic<unsigned> build_counter{0};
   tmp += fmt::format(".tmp-{}-{}", ::getpid(), build_counter++);
   fs::remove_all(tmp, ec);
+  // Registered before the folder exists: a Ctrl-C at any point of the build removes it.
+  InterruptCleanup on_interrupt(tmp.string());
   fs::create_directories(tmp, ec);
   if (ec) fail("dataset: cannot create {}: {}", tmp.string(), ec.message());
   struct Cleanup {

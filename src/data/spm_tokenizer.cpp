@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
 #include <filesystem>
 
 #include "core/error.h"
@@ -16,7 +17,14 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
          "with `hybridlm tokenizer train`)",
          model_path);
   path_ = std::filesystem::absolute(model_path).lexically_normal().string();
-  auto st = sp_->Load(path_);
+  // Some malformed models get past SentencePiece's own checks and throw from inside it (a piece that starts
+  // with a NUL byte: Darts' "zero-length key", found by fuzz_tokenizer).
+  sentencepiece::util::Status st;
+  try {
+    st = sp_->Load(path_);
+  } catch (const std::exception& e) {
+    fail("tokenizer: cannot load SentencePiece model {}: {}", model_path, e.what());
+  }
   if (!st.ok()) fail("tokenizer: cannot load SentencePiece model {}: {}", model_path, st.ToString());
   vocab_ = sp_->GetPieceSize();
   eos_ = sp_->eos_id();

@@ -50,7 +50,10 @@ std::string report_scaling(const json& all, const json& f, const std::string& di
   LinePlot pl{"validation loss vs training compute", "training FLOPs", "val loss", true, true, {}};
   LinePlot pp{"log LongPPL (shared evaluator) vs training compute", "training FLOPs", "log LongPPL", true, true, {}};
   int color = 0;
-  for (auto& [h, seeds] : curves.items()) {
+  for (auto& item : curves.items()) {
+    // Not a structured binding: the lambdas below capture `h`, which clang before 16 refuses for a binding.
+    const std::string& h = item.key();
+    const json& seeds = item.value();
     std::vector<double> fl, el, ll;
     Series sl{label_of(all, h), {}, {}, true, color}, sp{label_of(all, h), {}, {}, true, color};
     for (auto& pts : seeds) {
