@@ -7,7 +7,6 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
 #include "train/checkpoint.h"
@@ -41,12 +40,9 @@ Command register_import(CLI::App& app) {
             load_hf_weights(o->hf_dir, imp.architecture, model, imp.tied_embeddings);
             fs::create_directories(o->out);
             data::HfTokenizerImport tok = data::import_hf_tokenizer(o->hf_dir, o->out);
-            if (!tok.spec.empty()) {
-              const int ids = data::load_tokenizer(tok.spec)->vocab_size();
-              if (ids > imp.config.vocab_size)
-                tok = {"", fmt::format("its tokenizer has {} ids, more than the model's vocab_size {} (pass --tokenizer "
-                                       "to commands)", ids, imp.config.vocab_size)};
-            }
+            if (!tok.spec.empty() && tok.vocab_size > imp.config.vocab_size)
+              tok = {"", fmt::format("its tokenizer has {} ids, more than the model's vocab_size {} (pass --tokenizer "
+                                     "to commands)", tok.vocab_size, imp.config.vocab_size), 0};
             nlohmann::json run = {{"imported_from", fs::absolute(o->hf_dir).string()},
                                   {"architecture", imp.architecture}};
             if (!tok.spec.empty()) run["tokenizer"] = tok.spec;

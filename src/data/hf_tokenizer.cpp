@@ -352,7 +352,7 @@ HfTokenizerImport import_hf_tokenizer(const std::string& hf_dir, const std::stri
     const fs::path dst = fs::absolute(fs::path(out_dir) / "tokenizer.model");
     fs::copy_file(dir / "tokenizer.model", dst, fs::copy_options::overwrite_existing);
     SentencePieceTokenizer check(dst.string());  // throws, naming the file, if it is not a SentencePiece model
-    return {check.spec(), ""};
+    return {check.spec(), "", check.vocab_size()};
   }
   if (fs::exists(dir / "tokenizer.json")) {
     json t;
@@ -361,17 +361,19 @@ HfTokenizerImport import_hf_tokenizer(const std::string& hf_dir, const std::stri
     } catch (const json::exception& e) {  // also out_of_range: a number too large
       fail("{}: malformed JSON: {}", (dir / "tokenizer.json").string(), e.what());
     }
-    if (is_byte_tokenizer_json(t)) return {"byte", ""};
+    if (is_byte_tokenizer_json(t)) return {"byte", "", ByteTokenizer().vocab_size()};
     // Otherwise a byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM3 style) if hybridlm can run it exactly (loading
     // refuses what it cannot), copied with its tokenizer_config.json (eos_token, bos_token).
+    int ids = 0;
     try {
-      ByteLevelBpeTokenizer check((dir / "tokenizer.json").string());
+      ids = ByteLevelBpeTokenizer((dir / "tokenizer.json").string()).vocab_size();
     } catch (const Error& e) {
       return {"", fmt::format("{} (pass --tokenizer to commands)", e.what())};
     }
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
       if (fs::exists(dir / name)) fs::copy_file(dir / name, fs::path(out_dir) / name, fs::copy_options::overwrite_existing);
-    return {ByteLevelBpeTokenizer(fs::absolute(fs::path(out_dir) / "tokenizer.json").string()).spec(), ""};
+    // The spec is the copy's path, as the loader writes it (absolute, normal form).
+    return {fs::absolute(fs::path(out_dir) / "tokenizer.json").lexically_normal().string(), "", ids};
   }
   return {"", "the folder has neither tokenizer.json nor tokenizer.model (pass --tokenizer to commands)"};
 }

@@ -19,6 +19,7 @@ void write_hf_tokenizer(const Tokenizer& tok, const std::string& out_dir, long m
 struct HfTokenizerImport {
   std::string spec;    // for load_tokenizer(); empty when the folder's tokenizer is not one hybridlm runs
   std::string reason;  // why spec is empty
+  int vocab_size = 0;  // the tokenizer's ids, when spec is set
 };
 
 // Recognises a hybridlm byte tokenizer.json, or a SentencePiece tokenizer.model (copied into out_dir).
