@@ -3,6 +3,8 @@
 // x batch b x grad-accum 2 and like one process x batch 2b up to fp32 summation order; a checkpoint
 // resumes across world sizes on the same curve; a killed rank or a non-finite loss ends every rank.
 // Skipped (with the reason) when mpirun is absent or hybridlm was built without MPI. ctest label: mpi.
+// With HLM_MPI_LAUNCHER=srun the same tests start the ranks with Slurm's `srun` instead (ctest label
+// slurm; scripts/slurm_local.sh gives a one-node cluster), and Slurm.* tests run an emitted array script.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -57,10 +59,24 @@ class CleanUp : public ::testing::Environment {
 };
 const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
 
+// Whether the ranks are started by Slurm's srun (HLM_MPI_LAUNCHER=srun) rather than by mpirun.
+bool under_slurm() {
+  static const bool srun = [] {
+    const char* l = std::getenv("HLM_MPI_LAUNCHER");
+    return l != nullptr && std::string(l) == "srun";
+  }();
+  return srun;
+}
+
 // Why the MPI tests cannot run here ("" when they can).
 std::string skip_reason() {
   static std::string why = [] () -> std::string {
-    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) return "mpirun not found (apt-get install openmpi-bin)";
+    if (under_slurm()) {
+      if (std::system("sinfo >/dev/null 2>&1") != 0)
+        return "HLM_MPI_LAUNCHER=srun but no Slurm cluster answers (sinfo failed; scripts/slurm_local.sh start)";
+    } else if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+      return "mpirun not found (apt-get install openmpi-bin)";
+    }
     const fs::path v = fs::temp_directory_path() / ("hlm_mpi_version_" + std::to_string(::getpid()));
     std::system((std::string(HLM_BINARY) + " --version >" + v.string() + " 2>&1").c_str());
     std::string s = slurp(v);
@@ -76,7 +92,11 @@ std::string skip_reason() {
     if (!skip_reason().empty()) GTEST_SKIP() << "MPI tests skipped: " << skip_reason(); \
   } while (0)
 
+// The command prefix that starts `np` ranks. srun passes the whole environment on by default and is
+// used as documented (no --kill-on-bad-exit: the tests show a failing rank ends the step without it);
+// --overcommit allows more ranks than this machine has CPUs.
 std::string mpirun(int np) {
+  if (under_slurm()) return "srun --overcommit -n " + std::to_string(np) + " ";
   return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " -x HLM_DATA_CACHE ";
 }
 
@@ -271,14 +291,16 @@ class BackgroundRun {
       if (fs::exists(out_ / "metrics.jsonl") && losses(out_).size() >= 2) return true;
     return false;
   }
-  // The pid of rank r: its environment says OMPI_COMM_WORLD_RANK=r and its command line has our run folder.
+  // The pid of rank r: its command line has our run folder (and is not the launcher's) and its start-up
+  // environment names the rank (mpirun: OMPI_COMM_WORLD_RANK; srun: SLURM_PROCID).
   pid_t rank_pid(int r) const {
+    const std::string rank_var = (under_slurm() ? "SLURM_PROCID=" : "OMPI_COMM_WORLD_RANK=") + std::to_string(r) + '\0';
     for (const auto& e : fs::directory_iterator("/proc")) {
       const std::string name = e.path().filename().string();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
       std::string cmdline = slurp(e.path() / "cmdline"), env = slurp(e.path() / "environ");
-      if (cmdline.find(out_.string()) == std::string::npos || cmdline.find("mpirun") != std::string::npos) continue;
-      if (env.find("OMPI_COMM_WORLD_RANK=" + std::to_string(r) + '\0') != std::string::npos) return std::stoi(name);
+      if (cmdline.find(out_.string()) == std::string::npos || cmdline.rfind(HLM_BINARY, 0) != 0) continue;
+      if (env.find(rank_var) != std::string::npos) return std::stoi(name);
     }
     return -1;
   }
@@ -316,10 +338,10 @@ TEST(Distributed, AKilledRankEndsTheRunWithinSeconds) {
   ::kill(victim, SIGKILL);
   int st = 0;
   const double waited = run.wait_exit(&st);
-  ASSERT_LT(waited, 10.0) << "mpirun still running after rank 1 was killed";
+  ASSERT_LT(waited, 10.0) << "the launcher still running after rank 1 was killed";
   EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  EXPECT_NE(run.err().find("exited on signal 9"), std::string::npos) << run.err();
-  std::printf("mpirun ended %.2f s after rank 1 was killed\n", waited);
+  EXPECT_NE(run.err().find(under_slurm() ? "task 1: Killed" : "exited on signal 9"), std::string::npos) << run.err();
+  std::printf("the launcher ended %.2f s after rank 1 was killed\n", waited);
 }
 
 // SIGUSR1 to mpirun (forwarded to every rank) is the graceful stop: the ranks agree to stop after the
@@ -331,7 +353,7 @@ TEST(Distributed, SigUsr1ToMpirunSavesAndStopsEveryRank) {
   ::kill(run.mpirun_pid(), SIGUSR1);
   int st = 0;
   const double waited = run.wait_exit(&st);
-  ASSERT_LT(waited, 10.0) << "mpirun still running after SIGUSR1";
+  ASSERT_LT(waited, 10.0) << "the launcher still running after SIGUSR1";
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 130) << run.err();
   EXPECT_TRUE(fs::exists(run.out() / "latest")) << run.err();
@@ -341,9 +363,8 @@ TEST(Distributed, SigUsr1ToMpirunSavesAndStopsEveryRank) {
 // `mpirun -np 2 hybridlm sweep PLAN`: rank r trains runs r, r+2, ... each as a single process of its own (the
 // launcher's variables are not passed on, so a child is not a rank), and rank 0 merges the ranks' status
 // into one sweep.json.
-TEST(Distributed, SweepSharesItsRunsAcrossRanks) {
-  SKIP_WITHOUT_MPI();
-  const fs::path out = tmp_root() / "sweep";
+// A sweep plan of 4 tiny runs (2 architectures, budgets of 2 and 3 steps) into `out`; returns the plan file.
+fs::path tiny_sweep_plan(const fs::path& out) {
   const nlohmann::json plan = {
       {"out", out.string()}, {"data", (tmp_root() / "corpus").string()}, {"tokenizer", "byte"},
       {"archs", {"swa128", {{"name", "nope8"}, {"preset", "swa128-nope"}, {"set", {"window=8"}}}}},
@@ -351,8 +372,15 @@ TEST(Distributed, SweepSharesItsRunsAcrossRanks) {
                                            "d_ff=64", "max_seq_len=64"}}}}},
       {"budgets", {2, 3}},
       {"train", {{"batch", 2}, {"seq_len", 32}, {"lr", 0.003}, {"eval_every", 1}, {"eval_batches", 1}, {"quiet", true}}}};
-  const fs::path plan_file = tmp_root() / "sweep_plan.json";
+  const fs::path plan_file = out.string() + "_plan.json";
   std::ofstream(plan_file) << plan.dump(2);
+  return plan_file;
+}
+
+TEST(Distributed, SweepSharesItsRunsAcrossRanks) {
+  SKIP_WITHOUT_MPI();
+  const fs::path out = tmp_root() / "sweep";
+  const fs::path plan_file = tiny_sweep_plan(out);
   const fs::path err = tmp_root() / "sweep_stderr.txt";
   const std::string cmd = mpirun(2) + HLM_BINARY + " sweep " + plan_file.string() + " >/dev/null 2>" + err.string();
   const int st = std::system(cmd.c_str());
@@ -420,4 +448,41 @@ TEST(Distributed, ReproduceSharesItsRunsAcrossRanks) {
   ASSERT_EQ(std::system(again.c_str()), 0) << slurp(err);
   EXPECT_NE(slurp(err).find("already done (resumed)"), std::string::npos) << slurp(err);
   EXPECT_EQ(slurp(err).find("train "), std::string::npos) << slurp(err);
+}
+
+// `sweep --emit-slurm` on a Slurm cluster: `sbatch --wait` runs one array task per run, each training its run
+// on 2 ranks through srun; submitting again resumes every run at its last step (nothing retrained), and
+// `hybridlm sweep` then finds every run done. Only with HLM_MPI_LAUNCHER=srun (~30 s).
+TEST(Slurm, EmittedArrayScriptTrainsEveryRunAndResubmittingResumes) {
+  SKIP_WITHOUT_MPI();
+  if (!under_slurm()) GTEST_SKIP() << "needs a Slurm cluster (HLM_MPI_LAUNCHER=srun; scripts/slurm_local.sh start)";
+  const fs::path out = tmp_root() / "slurm_sweep";
+  const fs::path plan_file = tiny_sweep_plan(out), script = tmp_root() / "sweep.sbatch";
+  const fs::path err = tmp_root() / "slurm_stderr.txt";
+  const std::string emit = HLM_BINARY + std::string(" sweep ") + plan_file.string() + " --emit-slurm " +
+                           script.string() + " --slurm-ranks 2 --slurm-threads 1 2>" + err.string();
+  ASSERT_EQ(std::system(emit.c_str()), 0) << slurp(err);
+  const std::string submit = "sbatch --wait --quiet " + script.string() + " >/dev/null 2>" + err.string();
+  ASSERT_EQ(std::system(submit.c_str()), 0) << slurp(err);
+  const char* names[] = {"swa128-s1-2", "swa128-s1-3", "nope8-s1-2", "nope8-s1-3"};
+  std::vector<std::vector<double>> first;
+  for (const char* name : names) {
+    const fs::path run = out / name;
+    ASSERT_TRUE(fs::exists(run / "run.json")) << name << "; logs in " << out;
+    first.push_back(losses(run));
+    EXPECT_EQ(first.back().size(), std::string(name).back() == '2' ? 2u : 3u) << name;
+    EXPECT_EQ(nlohmann::json::parse(slurp(run / "run.json"))["train"]["world_size"], 2) << name;
+  }
+  size_t logs = 0;
+  for (const auto& e : fs::directory_iterator(out)) logs += e.path().filename().string().rfind("slurm-", 0) == 0;
+  EXPECT_EQ(logs, 4u);
+  // Submitted again, every task takes the --resume branch and its run is already at its last step.
+  ASSERT_EQ(std::system(submit.c_str()), 0) << slurp(err);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(losses(out / names[i]), first[i]) << names[i];
+  // The plan's own command then sees every run done and writes sweep.json.
+  const std::string sweep = HLM_BINARY + std::string(" sweep ") + plan_file.string() + " >/dev/null 2>" + err.string();
+  ASSERT_EQ(std::system(sweep.c_str()), 0) << slurp(err);
+  const auto status = nlohmann::json::parse(slurp(out / "sweep.json"));
+  ASSERT_EQ(status["runs"].size(), 4u);
+  for (const auto& e : status["runs"]) EXPECT_EQ(e["status"], "done") << e.dump();
 }
