@@ -1,7 +1,7 @@
 // libFuzzer target: plan files, both kinds: sweep plans (study::load_sweep_plan, `hybridlm sweep`) and study plans
 // (study::load_study_plan, `hybridlm reproduce`); each input goes to both readers. The CLI checks a plan's train
 // flags against the real `train` subcommand; here a fixed table of train's flags stands in for it, so the target
-// does not link the whole CLI.
+// does not link the CLI.
 #include <cstdint>
 #include <set>
 #include <string>
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "fuzz_input.h"
 #include "study/plan.h"
-#include "study/sweep.h"
+#include "study/sweep_plan.h"
 
 namespace {
 

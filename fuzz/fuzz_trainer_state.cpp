@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 #include "fuzz_input.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   hlm::fuzz::write_input(data, size, "ckpt/trainer_state.json");

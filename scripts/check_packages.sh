@@ -3,7 +3,8 @@
 # named in its PACKAGES list nor pulled in by their Depends/Pre-Depends (Recommends do not count:
 # setup.sh installs with --no-install-recommends, so a machine that happens to have a recommended
 # package would hide the gap — that is how a missing OpenCL once reached a fresh machine).
-# Usage: scripts/check_packages.sh [BUILD_DIR]   (after a build; default build/release)
+# Usage: scripts/check_packages.sh [BUILD_DIR]   (after a build; default build/release; CI also checks
+# build/readers-asan, the clang build of its sanitizer stage)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/release}
@@ -21,7 +22,8 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
     if [ -d "$p" ]; then find "$p" -maxdepth 1 -type f \( -name '*Config.cmake' -o -name '*-config.cmake' \); else echo "$p"; fi
   done
   find "$BUILD" -name link.txt -exec cat {} + | tr ' ' '\n' | grep -E '^/usr/.*\.(so|a)(\..*)?$' || true
-  for bin in "$BUILD"/hybridlm "$BUILD"/hybridlm_tests "$BUILD"/hybridlm_microbench; do
+  for bin in "$BUILD"/hybridlm "$BUILD"/hybridlm_tests "$BUILD"/hybridlm_microbench "$BUILD"/hybridlm_reader_tests \
+             "$BUILD"/fuzz_*; do
     [ -x "$bin" ] && ldd "$bin" | awk '$3 ~ /^\// {print $3}'
   done
 } | grep -v '^$' | sort -u > "$tmp/files"

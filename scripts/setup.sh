@@ -16,7 +16,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin                  # MPI: data-parallel training under mpirun/srun (docs/distributed.md)
   nlohmann-json3-dev libcli11-dev libfmt-dev  # config/JSON, CLI, formatting
   libgtest-dev libbenchmark-dev               # tests, micro-benchmarks
-  clang-14 libclang-rt-14-dev libomp-14-dev   # the asan preset: ASan/UBSan unit tests and libFuzzer targets (CI)
+  clang-14 libclang-rt-14-dev libomp-14-dev   # the asan presets: ASan/UBSan unit tests and libFuzzer targets (CI)
+  llvm-14 lld-14                              # what CMake picks beside clang-14 (llvm-ar-14, ld.lld-14, ...): named, not found by chance
   python3.11-doc linux-doc-6.1                # the built-in default corpus (reST sources)
 )
 if [ "${1:-}" = "--list-packages" ]; then printf '%s\n' "${PACKAGES[@]}"; exit 0; fi

@@ -1,7 +1,7 @@
 #pragma once
 // Runs the hybridlm binary in tests: scratch folders (one shared one with a small text corpus), the command's
-// exit code, stdout and stderr, and the check every bad input must pass (non-zero exit, an "error: " line
-// naming it).
+// exit code, stdout and stderr, and the checks every bad input must pass (non-zero exit, an "error: " line
+// naming it; in the library, an hlm::Error naming it).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,7 +10,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+
+#include "core/error.h"
 
 namespace hlm::testing {
 
@@ -56,6 +59,7 @@ inline std::string slurp(const std::filesystem::path& p) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+#ifdef HLM_BINARY  // not in the sanitized reader tests, which build without the CLI (docs/reliability.md)
 // `hybridlm <args>` with stdout and stderr captured in files under `dir`; `prefix` runs before the binary in
 // the same shell (e.g. "ulimit -f 64;").
 inline CliResult run_cli_in(const std::filesystem::path& dir, const std::string& args, const std::string& prefix = "") {
@@ -73,6 +77,7 @@ inline CliResult run_cli_in(const std::filesystem::path& dir, const std::string&
 inline CliResult run_cli(const std::string& args, const std::string& prefix = "") {
   return run_cli_in(cli_tmp_root(), args, prefix);
 }
+#endif
 
 inline std::string tiny_model_flags() {
   return "--preset swa128-nope --set d_model=32 --set n_layers=2 --set n_heads=2 --set n_kv_heads=2 "
@@ -80,6 +85,16 @@ inline std::string tiny_model_flags() {
 }
 inline std::string tiny_corpus_flags() {
   return "--data " + (cli_tmp_root() / "corpus").string() + " --tokenizer byte ";
+}
+
+// The message of the hlm::Error that f() throws; "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const hlm::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // A clean refusal: non-zero exit (not a crash), one "error: " line that contains `needle`.

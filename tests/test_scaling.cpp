@@ -30,9 +30,11 @@ const fs::path& tmp_dir() {
   return d.path;
 }
 
+#ifdef HLM_BINARY
 using Result = hlm::testing::CliResult;
 Result run(const std::string& args) { return hlm::testing::run_cli_in(tmp_dir(), args); }
 void expect_error(const Result& r, const std::string& needle) { hlm::testing::expect_cli_error(r, needle); }
+#endif
 
 // Chinchilla's published constants (docs/algorithms.md §9.1).
 constexpr double kE = 1.69, kA = 406.4, kB = 410.7, kAlpha = 0.34, kBeta = 0.28;
@@ -330,6 +332,9 @@ TEST(Scaling, ReadRunDedupesStepsAndNamesBadFiles) {
   expect_read_error(nolp, "val_loss", "bad3/config.json: missing");
 }
 
+// The CLI end to end (not in the sanitized reader tests, which build without the CLI).
+#ifdef HLM_BINARY
+
 TEST(ScalingCli, FitGroupsRunsRecoversConstantsAndPlots) {
   // Two architectures; arch A has 6 sizes x 1 budget with 3 evaluations each along the Chinchilla law.
   const fs::path root = tmp_dir() / "fit";
@@ -550,3 +555,5 @@ TEST(SweepCli, JobsTrainsSeveralRunsAtOnce) {
   }
   expect_error(run("sweep " + write_plan("jobs0", p).string() + " --jobs 0"), "--jobs");
 }
+
+#endif  // HLM_BINARY

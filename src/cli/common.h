@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/memory_estimate.h"
+#include "train/run_json.h"  // parse_run_json, read_run_config
 
 namespace hlm::cli {
 
@@ -46,11 +47,6 @@ void print_json(const nlohmann::json& j);
 
 // Peak resident set size of this process in MiB (VmHWM).
 double peak_rss_mb();
-
-// Reads and type-checks a run.json (hlm::Error naming the file and field).
-nlohmann::json parse_run_json(const std::string& path);
-// A run folder's config.json (written by `train`): {"model": ..., "train": ..., "data": ..., "tokenizer": ...}.
-nlohmann::json read_run_config(const std::string& run_or_ckpt_dir);
 
 }  // namespace hlm::cli
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "study/sweep.h"
+#include "study/sweep_plan.h"
 
 namespace hlm::study {
 

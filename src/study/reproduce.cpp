@@ -22,6 +22,7 @@
 #include "study/json_file.h"
 #include "study/plan.h"
 #include "study/report.h"
+#include "study/sweep.h"
 #include "study/task_graph.h"
 #include "study/verdict.h"
 #include "train/checkpoint.h"

@@ -13,6 +13,7 @@
 
 #include "core/file_io.h"  // write_file_atomic
 #include "model/model.h"
+#include "train/checkpoint_reader.h"  // resolve_checkpoint, load_checkpoint_config, load_trainer_state
 #include "train/optimizer.h"
 
 namespace hlm {
@@ -28,12 +29,8 @@ std::string save_checkpoint(const std::string& run_dir, long step, const Model& 
 // kept. Call it only after save_checkpoint returned (the new checkpoint is complete and `latest` names it).
 void prune_checkpoints(const std::string& run_dir, int keep);
 
-// Resolves a checkpoint folder from a run folder (via `latest`) or a checkpoint folder itself.
-std::string resolve_checkpoint(const std::string& path);
-ModelConfig load_checkpoint_config(const std::string& ckpt_dir);
 // Loads parameters (every registered tensor must be present with the right shape and dtype, every value finite).
 void load_model_params(const std::string& ckpt_dir, Model& model);
 void load_optimizer(const std::string& ckpt_dir, AdamW& opt);
-nlohmann::json load_trainer_state(const std::string& ckpt_dir);
 
 }  // namespace hlm
