@@ -17,19 +17,9 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace hlm::ops::HWY_NAMESPACE {
-namespace {
-
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-
-// sigmoid(g) = 1 / (1 + e^-g); exp() returns 0 / saturates at the extremes, so this stays finite.
-HWY_INLINE VF sigmoid(DF d, VF g) {
-  const VF one = hn::Set(d, 1.f);
-  return hn::Div(one, hn::Add(one, exp(d, hn::Neg(g))));
-}
-
-}  // namespace
 
 void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
@@ -40,7 +30,7 @@ void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) {
       float* hr = h + n * F;            // [F]
       for_each_vector(d, F, [&](i64 f, size_t c) {
         const VF gv = load_part(d, g + f, c);
-        store_part(d, hn::Mul(hn::Mul(gv, sigmoid(d, gv)), load_part(d, u + f, c)), hr + f, c);
+        store_part(d, hn::Mul(hn::Mul(gv, logistic(d, gv)), load_part(d, u + f, c)), hr + f, c);
       });
     }
   }, 16);
@@ -58,7 +48,7 @@ void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, i64 N, i
       float* du = dg + F;           // [F] d up
       for_each_vector(d, F, [&](i64 f, size_t c) {
         const VF gv = load_part(d, g + f, c), uv = load_part(d, u + f, c), dv = load_part(d, dr + f, c);
-        const VF s = sigmoid(d, gv);
+        const VF s = logistic(d, gv);
         // d silu / dg = s * (1 + g * (1 - s))
         const VF dsilu = hn::Mul(s, hn::MulAdd(gv, hn::Sub(one, s), one));
         store_part(d, hn::Mul(hn::Mul(dv, uv), dsilu), dg + f, c);
