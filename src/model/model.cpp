@@ -238,12 +238,11 @@ void Model::backward(float grad_scale) {
     const LayerActs& a = acts_[l];
     const LayerOffsets& o = lo_[l];
     // out = h + down(swiglu(gate_up(norm2(h))))
-    // The SwiGLU product again (same op on the same gu: the forward's bits) into da's buffer, read by the
-    // down_proj weight gradient before da overwrites it.
-    ops::swiglu_forward(a.gu, da, N, F);
-    ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
+    // d act first; the SwiGLU backward then also rewrites the product silu(gate) * up into da's buffer (in
+    // place: each element of da is read before it is overwritten), for the down_proj weight gradient.
     ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
-    ops::swiglu_backward(a.gu, da, dgu, N, F);
+    ops::swiglu_backward(a.gu, da, dgu, N, F, da);
+    ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
     ops::linear_backward(a.n2, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
     ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dtmp, grads() + o.ln2, N, D);
     for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];  // dx is now d h
