@@ -1,11 +1,14 @@
 // Elementwise kernels at the bench config's shapes (B*T = 8192 tokens, d_model 256, d_ff 768, 4 heads x 64):
-// SwiGLU, RMSNorm and RoPE, forward + backward. They are memory bound, so the rate is in GB/s of the arrays each
+// SwiGLU, RMSNorm, RoPE, the linear mixers' gates (Mamba-2: d_inner 512 = 8 heads x 64, d_state 64; Gated
+// DeltaNet: 4 heads x 64) and GDN's q/k L2 norm, forward + backward. They are memory bound, so the rate is in GB/s of the arrays each
 // pass reads and writes once. Compare SIMD targets in one sitting with HLM_SIMD=fallback / AVX2 / AVX3.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
 #include "core/rng.h"
+#include "ops/l2norm.h"
+#include "ops/mixer_gates.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -62,5 +65,67 @@ void BM_RoPEForwardBackward(benchmark::State& st) {
   set_bytes(st, kN * kH * kHd * 4.0);  // q read and written, twice
 }
 BENCHMARK(BM_RoPEForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One Mamba-2 layer's gates (the in_proj row is z | xBC | dt): dt / value rows, D skip + silu(z) gate, the
+// backward's recompute, the gate's backward and the dt backward.
+void BM_Mamba2GatesForwardBackward(benchmark::State& st) {
+  constexpr i64 H = 8, P = 64, F = H * P, S = 64, C = F + 2 * S, W = F + C + H;
+  const auto pre = randn(kN * W, 7), xbc = randn(kN * C, 8), rstd = randn(kN, 9), w = randn(F, 10),
+             dyg = randn(kN * F, 11), dv = randn(kN * F, 12), dg = randn(kN * H, 13);
+  const std::vector<float> bias(H, -3.f), A(H, -2.f), D(H, 1.f);
+  std::vector<float> dt(kN * H), g(kN * H), v(kN * F), ys = randn(kN * F, 14), yg(kN * F), yn(kN * F), dys(kN * F),
+      dpre(kN * W), dxbc(kN * C), part(3 * kN * H);
+  for (auto _ : st) {
+    hlm::ops::mamba2_dt_forward(pre.data() + F + C, W, bias.data(), A.data(), xbc.data(), C, dt.data(), g.data(),
+                                v.data(), kN, H, P);
+    hlm::ops::mamba2_skip_gate_forward(ys.data(), xbc.data(), C, D.data(), pre.data(), W, yg.data(), kN, H, P);
+    hlm::ops::silu_gate_norm_recompute(ys.data(), pre.data(), W, rstd.data(), w.data(), yg.data(), yn.data(), kN, F);
+    hlm::ops::silu_gate_backward(ys.data(), pre.data(), W, dyg.data(), dys.data(), dpre.data(), W, kN, F);
+    hlm::ops::mamba2_dt_backward(xbc.data(), C, dv.data(), dys.data(), dt.data(), D.data(), A.data(), dg.data(),
+                                 dxbc.data(), C, dpre.data() + F + C, W, part.data(), kN, H, P);
+    benchmark::DoNotOptimize(dxbc.data());
+  }
+  // dt: x in, v out; skip gate: y, x, z in, y, yg out; recompute: y, z in, yg, yn out; backward: y, z, dyg in,
+  // dy, dz out; dt backward: x, dv, dys in, dx out.
+  set_bytes(st, kN * F * (2.0 + 5.0 + 4.0 + 5.0 + 4.0));
+}
+BENCHMARK(BM_Mamba2GatesForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Gated DeltaNet's output gate RMSNorm_K(o) w silu(gp): forward, the backward's recompute, backward.
+void BM_GdnOutGateForwardBackward(benchmark::State& st) {
+  constexpr i64 HK = kH * kHd, Wp = 4 * HK + 2 * kH;
+  const auto o = randn(kN * HK, 15), proj = randn(kN * Wp, 16), w = randn(kHd, 17), dz = randn(kN * HK, 18);
+  std::vector<float> rstd(kN * kH), z(kN * HK), d_o(kN * HK), dproj(kN * Wp), dw(kHd);
+  for (auto _ : st) {
+    hlm::ops::norm_silu_gate_forward(o.data(), proj.data() + 3 * HK, Wp, w.data(), rstd.data(), true, z.data(), kN,
+                                     kH, kHd, 1e-6f);
+    hlm::ops::norm_silu_gate_forward(o.data(), proj.data() + 3 * HK, Wp, w.data(), rstd.data(), false, z.data(), kN,
+                                     kH, kHd, 1e-6f);
+    hlm::ops::norm_silu_gate_backward(o.data(), proj.data() + 3 * HK, Wp, w.data(), rstd.data(), dz.data(),
+                                      d_o.data(), dproj.data() + 3 * HK, dw.data(), kN, kH, kHd);
+    benchmark::DoNotOptimize(d_o.data());
+  }
+  set_bytes(st, kN * HK * (3.0 + 3.0 + 5.0));  // o, gp in, z out (twice); o, gp, dz in, d_o, d_gp out
+}
+BENCHMARK(BM_GdnOutGateForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Gated DeltaNet's q and k L2 norms, in place in the conv output rows [N, 3HK], forward + backward.
+void BM_L2NormForwardBackward(benchmark::State& st) {
+  constexpr i64 HK = kH * kHd, C3 = 3 * HK;
+  auto qkv = randn(kN * C3, 19);
+  const auto dqkv0 = randn(kN * C3, 20);
+  std::vector<float> dqkv(kN * C3), rq(kN * kH), rk(kN * kH);
+  for (auto _ : st) {
+    hlm::ops::l2norm_forward<float>(qkv.data(), C3, qkv.data(), C3, rq.data(), kN, kH, kHd, 1e-6f, 0.125f);
+    hlm::ops::l2norm_forward<float>(qkv.data() + HK, C3, qkv.data() + HK, C3, rk.data(), kN, kH, kHd, 1e-6f, 1.f);
+    hlm::ops::l2norm_backward<float>(qkv.data(), C3, rq.data(), dqkv0.data(), C3, dqkv.data(), C3, kN, kH, kHd,
+                                     0.125f);
+    hlm::ops::l2norm_backward<float>(qkv.data() + HK, C3, rk.data(), dqkv0.data() + HK, C3, dqkv.data() + HK, C3, kN,
+                                     kH, kHd, 1.f);
+    benchmark::DoNotOptimize(dqkv.data());
+  }
+  set_bytes(st, kN * 2 * HK * (2.0 + 3.0));  // q and k: x in, y out; y, dy in, dx out
+}
+BENCHMARK(BM_L2NormForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Micro-benchmarks of one Gated DeltaNet layer against one sliding-window (W = 128) attention layer at the
 // bench config (B = 8, T = 1024, D = 256, 4 heads of 64, chunk 64): mixer forward, forward + backward, and
-// a decode step (B = 8). Counters: tokens/s; compare G with S in the same run (the CPU is shared).
+// a decode step (B = 8); and one Mamba-2 layer (d_inner 512, d_state 64), forward + backward. Counters:
+// tokens/s; compare G with S in the same run (the CPU is shared).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -60,6 +61,7 @@ void BM_MixerGdnForward(benchmark::State& st) { run(st, "gdn", false); }
 void BM_MixerSwa128Forward(benchmark::State& st) { run(st, "swa128", false); }
 void BM_MixerGdnForwardBackward(benchmark::State& st) { run(st, "gdn", true); }
 void BM_MixerSwa128ForwardBackward(benchmark::State& st) { run(st, "swa128", true); }
+void BM_MixerMamba2ForwardBackward(benchmark::State& st) { run(st, "mamba2", true); }
 
 void BM_MixerGdnDecodeStep(benchmark::State& st) {
   Layer l("gdn");
@@ -77,4 +79,5 @@ BENCHMARK(BM_MixerGdnForward)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_MixerSwa128Forward)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_MixerGdnForwardBackward)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_MixerSwa128ForwardBackward)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_MixerMamba2ForwardBackward)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_MixerGdnDecodeStep)->Unit(benchmark::kMicrosecond)->MinTime(0.5);

@@ -265,6 +265,12 @@ TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
   for (i64 i = 0; i < N * 2 * F; ++i) fd[i] = fd_grad(gud, i, loss, 1e-5);
   EXPECT_TRUE(close_rel(dgu, fd, 1e-5, "swiglu dgu"));
   for (float v : dgu) ASSERT_TRUE(std::isfinite(v));
+
+  // The backward that also rewrites the product into dh's buffer (training's use): the same dgu, and h.
+  auto dh2 = dh, dgu2 = nan_vec(N * 2 * F);
+  ops::swiglu_backward(gu.data(), dh2.data(), dgu2.data(), N, F, dh2.data());
+  EXPECT_EQ(dgu2, dgu);
+  EXPECT_TRUE(close_rel(dh2, ref_swiglu(gud, N, F), 1e-6, "swiglu h from backward"));
 }
 
 // -------------------------------------------- rope -------------------------------------------------

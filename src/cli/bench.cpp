@@ -101,6 +101,7 @@ Command register_bench(CLI::App& app) {
                                 {"train_tokens_per_s", tps}, {"train_flops_per_token", f.train_per_token},
                                 {"train_gflops", tps * f.train_per_token / 1e9}, {"peak_rss_mb", peak_rss_mb()},
                                 {"recompute", o->recompute}, {"arena_mb", model.arena_bytes() / 1048576.0},
+                                {"arena_used_mb", model.arena_high_water() / 1048576.0},
                                 {"threads", omp_get_max_threads()}, {"mpi", dist::backend()},
                                 {"ranks", world}, {"allreduce_ms", comm_ms[comm_ms.size() / 2]},
                                 {"gradient_mb", model.param_floats() * 4.0 / (1 << 20)},

@@ -7,9 +7,9 @@
 
 #include "core/parallel.h"
 #include "mixers/decay_init.h"
-#include "ops/fast_exp.h"
 #include "ops/l2norm.h"
 #include "ops/matmul.h"
+#include "ops/mixer_gates.h"
 
 namespace hlm {
 
@@ -18,9 +18,7 @@ namespace {
 constexpr i64 kPad = 16;  // arena allocations round up to 64 bytes
 inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t)) + 3) / 4; }
 
-// Element-wise pieces (float for the engine; the gates are computed in double, there are only H per token).
-#pragma omp declare simd
-inline float sigmoidf_simd(float x) { return 1.f / (1.f + ops::fast_exp(-x)); }
+// The gates beta and g in double (only H per token); the output gate is ops/mixer_gates.h.
 inline double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }  // torch's threshold
 inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -49,74 +47,6 @@ void gates_forward(const float* proj, i64 Wp, i64 c_b, i64 N, i64 H, const float
         }
       },
       256);
-}
-
-// z = RMSNorm_K(o) * w * silu(gp) per (token, head); gp rows have stride Wp. rstd [N, H] is written when
-// write_rstd, else read (backward's recompute).
-void out_gate_forward(const float* o, const float* gp, i64 Wp, const float* w, float* rstd, bool write_rstd, float* z,
-                      i64 N, i64 H, i64 K, float eps) {
-  parallel_for(
-      N,
-      [&](i64 lo, i64 hi) {
-        for (i64 n = lo; n < hi; ++n)
-          for (i64 h = 0; h < H; ++h) {
-            const float* orow = o + (n * H + h) * K;  // [K]
-            const float* grow = gp + n * Wp + h * K;  // [K]
-            float* zrow = z + (n * H + h) * K;        // [K]
-            float r;
-            if (write_rstd) {
-              float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-              for (i64 i = 0; i < K; ++i) ss += orow[i] * orow[i];
-              r = 1.f / std::sqrt(ss / static_cast<float>(K) + eps);
-              rstd[n * H + h] = r;
-            } else {
-              r = rstd[n * H + h];
-            }
-#pragma omp simd
-            for (i64 i = 0; i < K; ++i) zrow[i] = orow[i] * r * w[i] * (grow[i] * sigmoidf_simd(grow[i]));
-          }
-      },
-      16);
-}
-
-// Backward of out_gate_forward: d_o [N, H*K] overwritten, d_gp (stride Wp) overwritten, dw [K] accumulated
-// (per-thread partials summed in thread order: deterministic for a thread count).
-void out_gate_backward(const float* o, const float* gp, i64 Wp, const float* w, const float* rstd, const float* dz,
-                       float* d_o, float* d_gp, float* dw, i64 N, i64 H, i64 K) {
-  const i64 nchunks = std::max<i64>(1, std::min<i64>(num_threads(), N));
-  std::vector<float> part(static_cast<size_t>(nchunks * K), 0.f);  // [nchunks, K]
-  parallel_for_each(nchunks, [&](i64 c) {
-    const i64 lo = N * c / nchunks, hi = N * (c + 1) / nchunks;
-    float* pw = part.data() + c * K;
-    for (i64 n = lo; n < hi; ++n)
-      for (i64 h = 0; h < H; ++h) {
-        const float* orow = o + (n * H + h) * K;
-        const float* grow = gp + n * Wp + h * K;
-        const float* dzr = dz + (n * H + h) * K;
-        float* dor = d_o + (n * H + h) * K;
-        float* dgr = d_gp + n * Wp + h * K;
-        const float r = rstd[n * H + h];
-        // With xh = o r, on = xh w, sg = silu(gp):  d_on = dz sg;  d_gp = dz on silu'(gp);
-        // dw += d_on xh;  d_o = r (d_on w - xh mean(d_on w xh)).
-        float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-        for (i64 i = 0; i < K; ++i) {
-          const float s = sigmoidf_simd(grow[i]);
-          const float xh = orow[i] * r;
-          const float don = dzr[i] * grow[i] * s;
-          dgr[i] = dzr[i] * xh * w[i] * s * (1.f + grow[i] * (1.f - s));
-          pw[i] += don * xh;
-          dor[i] = don * w[i];  // d_on w, finished below
-          dot += dor[i] * xh;
-        }
-        const float c2 = dot / static_cast<float>(K);
-#pragma omp simd
-        for (i64 i = 0; i < K; ++i) dor[i] = r * (dor[i] - orow[i] * r * c2);
-      }
-  });
-  for (i64 c = 0; c < nchunks; ++c)
-    for (i64 i = 0; i < K; ++i) dw[i] += part[c * K + i];
 }
 
 }  // namespace
@@ -241,7 +171,7 @@ void GatedDeltaNetMixer::run(const float* x, float* y, i64 B, i64 T, const int32
   orstd_ = arena.floats(N * H_, "gdn o_norm rstd");
   auto mark = arena.mark();
   float* z = arena.floats(N * HK, "gdn gated norm");
-  out_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, true, z, N, H_, K_, kNormEps);
+  ops::norm_silu_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, true, z, N, H_, K_, kNormEps);
   ops::linear_forward(z, P(off_wo_), y, N, HK, D_);
   arena.release_to(mark);
 }
@@ -262,9 +192,10 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
   float* dbeta = arena.floats(N * H_, "gdn dbeta");  // [N, H]
 
   // Output: recompute z (cheaper than keeping it), then o_proj, gate and o_norm.
-  out_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, false, buf, N, H_, K_, kNormEps);
+  ops::norm_silu_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, false, buf, N, H_, K_, kNormEps);
   ops::linear_backward(buf, P(off_wo_), dy, dz, G(off_wo_), N, HK, D_);
-  out_gate_backward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, dz, buf, dproj + 3 * HK, G(off_onorm_), N, H_, K_);
+  ops::norm_silu_gate_backward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, dz, buf, dproj + 3 * HK, G(off_onorm_), N,
+                               H_, K_);
 
   ops::GatedDeltaGrads<float> gr;
   gr.dq = dqkv, gr.dk = dqkv + HK, gr.dv = dqkv + 2 * HK, gr.dg = dg, gr.dbeta = dbeta;
@@ -335,7 +266,7 @@ void GatedDeltaNetMixer::step(const float* x, float* y, MixerState& state, i64 B
   qk_l2norm_forward(qkv, rs, rs, B);
   gates_forward(proj, W, 4 * HK, B, H_, P(off_alog_), P(off_dtb_), g, beta);
   ops::gated_delta_step(delta_args(qkv, g, beta, B, 1, nullptr, nullptr), st.S.data(), o);
-  out_gate_forward(o, proj + 3 * HK, W, P(off_onorm_), rs, true, z, B, H_, K_, kNormEps);
+  ops::norm_silu_gate_forward(o, proj + 3 * HK, W, P(off_onorm_), rs, true, z, B, H_, K_, kNormEps);
   ops::linear_forward(z, P(off_wo_), y, B, HK, D_);
   st.pos++;
 }

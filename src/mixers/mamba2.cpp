@@ -5,10 +5,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/parallel.h"
 #include "mixers/decay_init.h"
-#include "ops/fast_exp.h"
 #include "ops/matmul.h"
+#include "ops/mixer_gates.h"
 #include "ops/rmsnorm.h"
 
 namespace hlm {
@@ -25,8 +24,6 @@ struct Mamba2State final : MixerState {
 constexpr i64 kPad = 16;  // arena allocations round up to 64 bytes
 
 inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t)) + 3) / 4; }
-
-inline float softplus(float z) { return z > 20.f ? z : std::log1p(std::exp(z)); }
 
 }  // namespace
 
@@ -122,20 +119,8 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
   dt_ = arena.floats(N * nh, "mamba2 dt");
   g_ = arena.floats(N * nh, "mamba2 log decay");
   v_ = arena.floats(N * di, "mamba2 dt x");  // [N, nh, P]
-  const float* dtb = P(off_dtb_);
-  const std::vector<float> A = decay_rates();
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n)
-      for (i64 h = 0; h < nh; ++h) {
-        const float dt = softplus(pre_[n * Wi + 2 * di + 2 * N_ + h] + dtb[h]);
-        dt_[n * nh + h] = dt;
-        g_[n * nh + h] = A[h] * dt;
-        const float* xs = xbc_ + n * C + h * Pd;
-        float* vr = v_ + n * di + h * Pd;
-#pragma omp simd
-        for (i64 p = 0; p < Pd; ++p) vr[p] = dt * xs[p];
-      }
-  }, 16);
+  ops::mamba2_dt_forward(pre_ + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), xbc_, C, dt_, g_, v_, N, nh,
+                         Pd);
   const ops::ScalarDecayArgs a = scan_args(xbc_, v_, g_, B, T, doc_start, ssm_init);
   states_ = arena.floats(ops::scalar_decay_chunk_states_size(a), "mamba2 chunk states");
   ys_ = arena.floats(N * di, "mamba2 ssm out");  // [N, nh, P]
@@ -143,22 +128,7 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
   rstd_ = arena.floats(N, "mamba2 norm rstd");
   auto mark = arena.mark();
   float* yg = arena.floats(N * di, "mamba2 gated y");
-  const float* Dp = P(off_D_);
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) {
-      float* yr = ys_ + n * di;
-      const float* xs = xbc_ + n * C;
-      const float* z = pre_ + n * Wi;
-      float* gr = yg + n * di;
-      for (i64 h = 0; h < nh; ++h) {
-        const float d = Dp[h];
-#pragma omp simd
-        for (i64 p = h * Pd; p < (h + 1) * Pd; ++p) yr[p] += d * xs[p];
-      }
-#pragma omp simd
-      for (i64 i = 0; i < di; ++i) gr[i] = yr[i] * z[i] / (1.f + ops::fast_exp(-z[i]));
-    }
-  }, 16);
+  ops::mamba2_skip_gate_forward(ys_, xbc_, C, P(off_D_), pre_, Wi, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
   ops::rmsnorm_forward(yg, P(off_norm_), yg, rstd_, N, di, kNormEps);
   ops::linear_forward(yg, P(off_out_), y, N, di, D_);
   arena.release_to(mark);
@@ -178,40 +148,13 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   float* dpre = arena.floats(N * Wi, "mamba2 d: in_proj");      // [N, Win]
   // Recompute yg = ys * silu(z) and its normalised form for the out_proj weight gradient.
   const float* wn = P(off_norm_);
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) {
-      const float* yr = ys_ + n * di;
-      const float* z = pre_ + n * Wi;
-      const float r = rstd_[n];
-      float* gr = yg + n * di;
-      float* nr = nrm + n * di;
-#pragma omp simd
-      for (i64 i = 0; i < di; ++i) {
-        gr[i] = yr[i] * z[i] / (1.f + ops::fast_exp(-z[i]));
-        nr[i] = gr[i] * r * wn[i];
-      }
-    }
-  }, 16);
+  ops::silu_gate_norm_recompute(ys_, pre_, Wi, rstd_, wn, yg, nrm, N, di);
   ops::linear_backward(nrm, P(off_out_), dy, dn, G(off_out_), N, di, D_);
   float* dyg = nrm;
   ops::rmsnorm_backward(yg, wn, rstd_, dn, dyg, G(off_norm_), N, di);
   // yg = ys silu(z): d ys = dyg silu(z) (into dn);  dz = dyg ys silu'(z).
   float* dys = dn;
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) {
-      const float* z = pre_ + n * Wi;
-      const float* yr = ys_ + n * di;
-      const float* dgr = dyg + n * di;
-      float* dyr = dys + n * di;
-      float* dz = dpre + n * Wi;
-#pragma omp simd
-      for (i64 i = 0; i < di; ++i) {
-        const float sg = 1.f / (1.f + ops::fast_exp(-z[i]));
-        dyr[i] = dgr[i] * z[i] * sg;
-        dz[i] = dgr[i] * yr[i] * sg * (1.f + z[i] * (1.f - sg));
-      }
-    }
-  }, 16);
+  ops::silu_gate_backward(ys_, pre_, Wi, dyg, dys, dpre, Wi, N, di);
   float* dxbc = arena.floats(N * C, "mamba2 d: xBC");  // [N, Cc]
   float* dv = arena.floats(N * di, "mamba2 d: dt x");
   float* dg = arena.floats(N * nh, "mamba2 d: log decay");
@@ -220,33 +163,10 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   float* ws = arena.floats(ops::scalar_decay_backward_workspace_size(a), "mamba2 d: scan workspace");
   // dC and dB land in their xBC slots (q/k strides = Cc).
   ops::scalar_decay_chunked_backward(a, states_, dys, nullptr, dxbc + di + N_, dxbc + di, dv, dg, nullptr, ws);
-  const float* Dp = P(off_D_);
   const float* alog = P(off_alog_);
-  const std::vector<float> Ah = decay_rates();
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n)
-      for (i64 h = 0; h < nh; ++h) {
-        const float* xs = xbc_ + n * C + h * Pd;
-        const float* dvr = dv + n * di + h * Pd;
-        const float* dyr = dys + n * di + h * Pd;
-        float* dxr = dxbc + n * C + h * Pd;
-        const float dt = dt_[n * nh + h], d = Dp[h], A = Ah[h], dgv = dg[n * nh + h];
-        float ddt = 0.f, dD = 0.f;
-#pragma omp simd reduction(+ : ddt, dD)
-        for (i64 p = 0; p < Pd; ++p) {
-          ddt += dvr[p] * xs[p];
-          dD += dyr[p] * xs[p];
-          dxr[p] = d * dyr[p] + dt * dvr[p];
-        }
-        ddt += dgv * A;
-        // softplus'(dt_raw + dt_bias) = sigmoid(.) = 1 - exp(-dt)
-        const float draw = ddt * static_cast<float>(-std::expm1(-static_cast<double>(dt)));
-        dpre[n * Wi + 2 * di + 2 * N_ + h] = draw;
-        part[n * nh + h] = dD;
-        part[N * nh + n * nh + h] = dgv * dt;
-        part[2 * N * nh + n * nh + h] = draw;
-      }
-  }, 16);
+  // dx (the x slots of dxBC), the raw dt column's gradient and the per-token terms of dD, dA, d dt_bias.
+  ops::mamba2_dt_backward(xbc_, C, dv, dys, dt_, P(off_D_), decay_rates().data(), dg, dxbc, C,
+                          dpre + 2 * di + 2 * N_, Wi, part, N, nh, Pd);
   // Per-head parameter gradients: fixed-order sums over tokens (deterministic whatever the thread count).
   for (i64 h = 0; h < nh; ++h) {
     double sD = 0, sA = 0, sB = 0;
@@ -283,26 +203,14 @@ void Mamba2Mixer::step(const float* x, float* y, MixerState& state, i64 B) {
     std::fill(st.ssm.begin(), st.ssm.end(), 0.f);
   }
   std::vector<float> pre(static_cast<size_t>(B * Wi)), xbc(static_cast<size_t>(B * C)),
-      g(static_cast<size_t>(B * nh)), v(static_cast<size_t>(B * di)), o(static_cast<size_t>(B * di)),
-      rstd(static_cast<size_t>(B));
+      dt(static_cast<size_t>(B * nh)), g(static_cast<size_t>(B * nh)), v(static_cast<size_t>(B * di)),
+      o(static_cast<size_t>(B * di)), rstd(static_cast<size_t>(B));
   ops::linear_forward(x, P(off_in_), pre.data(), B, D_, Wi);
   ops::causal_conv1d_step(conv_args(pre.data(), B, 1, nullptr, nullptr), st.conv.data(), xbc.data());
-  const float* dtb = P(off_dtb_);
-  const std::vector<float> A = decay_rates();
-  for (i64 b = 0; b < B; ++b)
-    for (i64 h = 0; h < nh; ++h) {
-      const float dt = softplus(pre[b * Wi + 2 * di + 2 * N_ + h] + dtb[h]);
-      g[b * nh + h] = A[h] * dt;
-      for (i64 p = 0; p < Pd; ++p) v[b * di + h * Pd + p] = dt * xbc[b * C + h * Pd + p];
-    }
+  ops::mamba2_dt_forward(pre.data() + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), xbc.data(), C,
+                         dt.data(), g.data(), v.data(), B, nh, Pd);
   ops::scalar_decay_step(scan_args(xbc.data(), v.data(), g.data(), B, 1, nullptr, nullptr), st.ssm.data(), o.data());
-  const float* Dp = P(off_D_);
-  for (i64 b = 0; b < B; ++b)
-    for (i64 i = 0; i < di; ++i) {
-      const float ys = o[b * di + i] + Dp[i / Pd] * xbc[b * C + i];
-      const float z = pre[b * Wi + i];
-      o[b * di + i] = ys * z / (1.f + std::exp(-z));
-    }
+  ops::mamba2_skip_gate_forward(o.data(), xbc.data(), C, P(off_D_), pre.data(), Wi, o.data(), B, nh, Pd);
   ops::rmsnorm_forward(o.data(), P(off_norm_), o.data(), rstd.data(), B, di, kNormEps);
   ops::linear_forward(o.data(), P(off_out_), y, B, di, D_);
   st.pos++;

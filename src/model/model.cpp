@@ -69,8 +69,9 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   const i64 N = B * T, D = cfg.d_model, F = cfg.d_ff;
   const i64 pad = 64;
   i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
-  // A block's activations: norm1, mixer output (+ residual), norm2, block output; rstd x2; gate|up; act.
-  const i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + N * F + 2 * pad;
+  // A block's activations: norm1, mixer output (+ residual), norm2, block output; rstd x2; gate|up. The SwiGLU
+  // product is transient (one N*F region, counted once below).
+  const i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + pad;
   i64 scratch = 0, saved_max = 0, layers = 0;
   for (size_t i = 0; i < mixers.size(); ++i) {
     const i64 times = repeats ? (*repeats)[i] : 1;
@@ -84,6 +85,7 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   // Recompute: the residual entering every block and the last block's output, plus one block at a time.
   if (recompute) floats += (layers + 1) * (N * D + pad) + per_layer + saved_max;
   floats += 2 * (N * D + pad) + 2 * (N + pad);  // final x, norm, rstd, lse
+  floats += N * F + pad;                         // the SwiGLU product while a block's MLP runs
   // Backward temporaries: d_residual x2, dnorm, da, dgu, + the largest mixer scratch.
   floats += 3 * (N * D + pad) + N * F + N * 2 * F + 2 * pad + scratch;
   return floats;
@@ -137,10 +139,14 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   ops::rmsnorm_forward(a.h, params() + o.ln2, a.n2, a.rstd2, N, D, eps);
   a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
   ops::linear_forward(a.n2, params() + o.w_gate_up, a.gu, N, D, 2 * F);
-  a.a = arena_.floats(N * F, "mlp act");
-  ops::swiglu_forward(a.gu, a.a, N, F);
   if (!out) out = arena_.floats(N * D, "residual");
-  ops::linear_forward(a.a, params() + o.w_down, out, N, F, D);
+  // The SwiGLU product is transient: backward recomputes it from gu (one elementwise pass) instead of keeping
+  // N*F floats per layer.
+  const auto act_mark = arena_.mark();
+  float* act = arena_.floats(N * F, "mlp act");
+  ops::swiglu_forward(a.gu, act, N, F);
+  ops::linear_forward(act, params() + o.w_down, out, N, F, D);
+  arena_.release_to(act_mark);
   check("mlp output", l, out, N * D);
   for (i64 i = 0; i < N * D; ++i) out[i] += a.h[i];
   return out;
@@ -232,8 +238,11 @@ void Model::backward(float grad_scale) {
     const LayerActs& a = acts_[l];
     const LayerOffsets& o = lo_[l];
     // out = h + down(swiglu(gate_up(norm2(h))))
-    ops::linear_backward(a.a, params() + o.w_down, dx, da, grads() + o.w_down, N, F, D);
-    ops::swiglu_backward(a.gu, da, dgu, N, F);
+    // d act first; the SwiGLU backward then also rewrites the product silu(gate) * up into da's buffer (in
+    // place: each element of da is read before it is overwritten), for the down_proj weight gradient.
+    ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
+    ops::swiglu_backward(a.gu, da, dgu, N, F, da);
+    ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
     ops::linear_backward(a.n2, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
     ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dtmp, grads() + o.ln2, N, D);
     for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];  // dx is now d h

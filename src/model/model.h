@@ -89,6 +89,7 @@ class Model {
   ModelFlops flops(i64 T) const;
   Mixer& mixer(i64 layer) { return *mixers_[static_cast<size_t>(layer)]; }
   i64 arena_bytes() const { return static_cast<i64>(arena_.capacity()); }
+  i64 arena_high_water() const { return static_cast<i64>(arena_.high_water()); }
 
  private:
   void forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T);
@@ -112,7 +113,7 @@ class Model {
   bool check_numerics_ = false, recompute_ = false;
   // Saved activations of the last forward.
   struct LayerActs {
-    float *x, *n1, *rstd1, *h, *n2, *rstd2, *gu, *a;
+    float *x, *n1, *rstd1, *h, *n2, *rstd2, *gu;  // the SwiGLU product is recomputed from gu in backward
   };
   std::vector<LayerActs> acts_;
   float *x_final_ = nullptr, *n_final_ = nullptr, *rstd_final_ = nullptr, *lse_ = nullptr;

@@ -81,13 +81,7 @@ void rmsnorm_backward_impl(const float* x, const float* w, const float* rstd, co
       });
     }
   });
-  if (want_dw) {
-    const DF d;
-    for (i64 ch = 0; ch < nchunks; ++ch)
-      for_each_vector(d, D, [&](i64 i, size_t c) {
-        store_part(d, hn::Add(load_part(d, dw + i, c), load_part(d, part.data() + ch * D + i, c)), dw + i, c);
-      });
-  }
+  if (want_dw) add_rows_in_order(DF(), part.data(), nchunks, D, dw);
 }
 
 }  // namespace hlm::ops::HWY_NAMESPACE

@@ -60,6 +60,13 @@ HWY_INLINE V exp(D d, V x) {
   return hn::IfThenZeroElse(hn::Lt(x, lo), hn::Mul(exp_reduced(d, r), pow2i(d, n)));
 }
 
+// logistic(x) = sigmoid(x) = 1 / (1 + e^-x) through exp() above, which is 0 / saturated at the extremes: stays finite.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V logistic(D d, V x) {
+  const V one = hn::Set(d, 1.f);
+  return hn::Div(one, hn::Add(one, exp(d, hn::Neg(x))));
+}
+
 // ---- loops over a row of n elements in whole vectors and one partial tail -------------------------------------
 // The elementwise kernels (SwiGLU, RMSNorm, RoPE, conv1d) are written once as body(i, count): `count` lanes from
 // index i, count == Lanes(d) except in the tail, where loads zero the missing lanes and stores leave them untouched.
@@ -88,6 +95,16 @@ HWY_INLINE void for_each_vector(D d, int64_t n, const Body& body) {
   int64_t i = 0;
   for (; i + L <= n; i += L) body(i, static_cast<size_t>(L));
   if (i < n) body(i, static_cast<size_t>(n - i));
+}
+
+// dst[i] += rows[r * n + i] for r = 0, 1, ..., nrows - 1 in that order (per-chunk partials of a parameter
+// gradient, summed in a fixed order: deterministic for a thread count).
+template <class D>
+HWY_INLINE void add_rows_in_order(D d, const hn::TFromD<D>* rows, int64_t nrows, int64_t n, hn::TFromD<D>* dst) {
+  for (int64_t r = 0; r < nrows; ++r)
+    for_each_vector(d, n, [&](int64_t i, size_t c) {
+      store_part(d, hn::Add(load_part(d, dst + i, c), load_part(d, rows + r * n + i, c)), dst + i, c);
+    });
 }
 
 // sum over lanes as a float.

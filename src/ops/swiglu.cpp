@@ -17,19 +17,9 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace hlm::ops::HWY_NAMESPACE {
-namespace {
-
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-
-// sigmoid(g) = 1 / (1 + e^-g); exp() returns 0 / saturates at the extremes, so this stays finite.
-HWY_INLINE VF sigmoid(DF d, VF g) {
-  const VF one = hn::Set(d, 1.f);
-  return hn::Div(one, hn::Add(one, exp(d, hn::Neg(g))));
-}
-
-}  // namespace
 
 void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
@@ -40,13 +30,13 @@ void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) {
       float* hr = h + n * F;            // [F]
       for_each_vector(d, F, [&](i64 f, size_t c) {
         const VF gv = load_part(d, g + f, c);
-        store_part(d, hn::Mul(hn::Mul(gv, sigmoid(d, gv)), load_part(d, u + f, c)), hr + f, c);
+        store_part(d, hn::Mul(hn::Mul(gv, logistic(d, gv)), load_part(d, u + f, c)), hr + f, c);
       });
     }
   }, 16);
 }
 
-void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, i64 N, i64 F) {
+void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, float* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     const VF one = hn::Set(d, 1.f);
@@ -56,13 +46,16 @@ void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, i64 N, i
       const float* dr = dh + n * F;
       float* dg = dgu + n * 2 * F;  // [F] d gate
       float* du = dg + F;           // [F] d up
+      float* hr = h ? h + n * F : nullptr;
       for_each_vector(d, F, [&](i64 f, size_t c) {
         const VF gv = load_part(d, g + f, c), uv = load_part(d, u + f, c), dv = load_part(d, dr + f, c);
-        const VF s = sigmoid(d, gv);
+        const VF s = logistic(d, gv);
         // d silu / dg = s * (1 + g * (1 - s))
         const VF dsilu = hn::Mul(s, hn::MulAdd(gv, hn::Sub(one, s), one));
         store_part(d, hn::Mul(hn::Mul(dv, uv), dsilu), dg + f, c);
-        store_part(d, hn::Mul(dv, hn::Mul(gv, s)), du + f, c);
+        const VF silu = hn::Mul(gv, s);
+        store_part(d, hn::Mul(dv, silu), du + f, c);
+        if (hr) store_part(d, hn::Mul(silu, uv), hr + f, c);  // after dv was loaded: h may alias dh
       });
     }
   }, 16);
@@ -83,10 +76,10 @@ void swiglu_forward(const float* gu, float* h, i64 N, i64 F) {
   HWY_DYNAMIC_DISPATCH(swiglu_forward_impl)(gu, h, N, F);
 }
 
-void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F) {
+void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F, float* h) {
   HLM_CHECK(N >= 0 && F > 0, "swiglu_backward: bad shape gu[{}, {}] dh[{}, {}]", N, 2 * F, N, F);
   init_simd();
-  HWY_DYNAMIC_DISPATCH(swiglu_backward_impl)(gu, dh, dgu, N, F);
+  HWY_DYNAMIC_DISPATCH(swiglu_backward_impl)(gu, dh, dgu, h, N, F);
 }
 
 }  // namespace hlm::ops
