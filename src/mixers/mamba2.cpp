@@ -69,11 +69,11 @@ ops::CausalConv1dArgs Mamba2Mixer::conv_args(const float* pre, i64 B, i64 T, con
   return c;
 }
 
-ops::ScalarDecayArgs Mamba2Mixer::scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
+ops::ScalarDecayArgs<float> Mamba2Mixer::scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
                                             const int32_t* doc_start, const float* ssm_init) const {
-  ops::ScalarDecayArgs a;
+  ops::ScalarDecayArgs<float> a;
   a.B = B, a.T = T, a.H = nh_, a.Hk = 1, a.K = N_, a.V = P_, a.chunk = chunk_, a.scale = 1.f;
-  a.q_row = a.k_row = Cc();
+  a.q_stride = a.k_stride = Cc();
   a.q = xbc + di_ + N_, a.k = xbc + di_, a.v = v, a.g = g;
   a.initial_state = ssm_init;
   a.doc_start = doc_start;
@@ -136,8 +136,8 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
         for (i64 p = 0; p < Pd; ++p) vr[p] = dt * xs[p];
       }
   }, 16);
-  const ops::ScalarDecayArgs a = scan_args(xbc_, v_, g_, B, T, doc_start, ssm_init);
-  states_ = arena.floats(ops::scalar_decay_chunk_states_size(a), "mamba2 chunk states");
+  const ops::ScalarDecayArgs<float> a = scan_args(xbc_, v_, g_, B, T, doc_start, ssm_init);
+  states_ = arena.floats(ops::scalar_decay_chunk_states_numel(a), "mamba2 chunk states");
   ys_ = arena.floats(N * di, "mamba2 ssm out");  // [N, nh, P]
   ops::scalar_decay_chunked_forward(a, ys_, ssm_fin, states_);
   rstd_ = arena.floats(N, "mamba2 norm rstd");
@@ -216,10 +216,11 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   float* dv = arena.floats(N * di, "mamba2 d: dt x");
   float* dg = arena.floats(N * nh, "mamba2 d: log decay");
   float* part = arena.floats(3 * N * nh, "mamba2 d: per-token partials");  // [3, N, nh]: D, A, dt_bias
-  const ops::ScalarDecayArgs a = scan_args(xbc_, v_, g_, B, T, ds_, nullptr);
-  float* ws = arena.floats(ops::scalar_decay_backward_workspace_size(a), "mamba2 d: scan workspace");
+  const ops::ScalarDecayArgs<float> a = scan_args(xbc_, v_, g_, B, T, ds_, nullptr);
+  float* ws = arena.floats(ops::scalar_decay_backward_workspace_numel(a), "mamba2 d: scan workspace");
   // dC and dB land in their xBC slots (q/k strides = Cc).
-  ops::scalar_decay_chunked_backward(a, states_, dys, nullptr, dxbc + di + N_, dxbc + di, dv, dg, nullptr, ws);
+  ops::scalar_decay_chunked_backward(a, states_, dys, nullptr,
+                                     {.dq = dxbc + di + N_, .dk = dxbc + di, .dv = dv, .dg = dg}, ws);
   const float* Dp = P(off_D_);
   const float* alog = P(off_alog_);
   const std::vector<float> Ah = decay_rates();
