@@ -143,12 +143,12 @@ void BM_CausalConv1dForwardBackward(benchmark::State& st) {
       db(C);
   for (auto* v : {&u, &w, &bias, &dy})
     for (auto& x : *v) x = static_cast<float>(r.normal());
-  hlm::ops::CausalConv1dArgs a;
+  hlm::ops::CausalConv1dArgs<float> a;
   a.B = kB, a.T = kT, a.C = C, a.W = W, a.silu = true;
   a.u = u.data(), a.w = w.data(), a.bias = bias.data();
   for (auto _ : st) {
     hlm::ops::causal_conv1d_forward(a, y.data(), nullptr);
-    hlm::ops::causal_conv1d_backward(a, dy.data(), du.data(), dw.data(), db.data(), nullptr);
+    hlm::ops::causal_conv1d_backward(a, dy.data(), {.du = du.data(), .dw = dw.data(), .dbias = db.data()});
     benchmark::DoNotOptimize(du.data());
   }
   set_rate(st, 4 * 2.0 * W * kB * kT * C);  // forward; backward: pre-activation recompute, du, dw

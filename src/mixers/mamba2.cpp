@@ -61,10 +61,10 @@ std::vector<float> Mamba2Mixer::decay_rates() const {
   return A;
 }
 
-ops::CausalConv1dArgs Mamba2Mixer::conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
+ops::CausalConv1dArgs<float> Mamba2Mixer::conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
                                              const float* conv_init) const {
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = T, c.C = Cc(), c.W = kConv, c.u_row = Win(), c.silu = true;
+  ops::CausalConv1dArgs<float> c;
+  c.B = B, c.T = T, c.C = Cc(), c.W = kConv, c.u_stride = Win(), c.silu = true;
   c.u = pre + di_, c.w = P(off_convw_), c.bias = P(off_convb_), c.initial_state = conv_init, c.doc_start = doc_start;
   return c;
 }
@@ -261,8 +261,8 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
     G(off_alog_)[h] += static_cast<float>(sA * A);  // dA/dA_log = A
     G(off_dtb_)[h] += static_cast<float>(sB);
   }
-  ops::causal_conv1d_backward(conv_args(pre_, B, T, ds_, nullptr), dxbc, dpre + di, G(off_convw_), G(off_convb_),
-                              nullptr);
+  ops::causal_conv1d_backward(conv_args(pre_, B, T, ds_, nullptr), dxbc,
+                              {.du = dpre + di, .dw = G(off_convw_), .dbias = G(off_convb_)});
   ops::linear_backward(x, P(off_in_), dpre, dx, G(off_in_), N, D_, Wi);
   arena.release_to(mark);
 }
