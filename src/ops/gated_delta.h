@@ -14,11 +14,10 @@
 // Parallel over (b, h) with static partitioning; results are deterministic for a given thread count.
 // Instantiated for float (engine) and double (test oracles). States stay in F; the in-chunk cumulative
 // log-decay is summed in double (see docs).
-// F is taken from the argument struct only (pointer parameters are non-deduced), so nullptr can be passed.
 #include <cstdint>
-#include <type_traits>
 
 #include "core/tensor.h"
+#include "ops/kernel_args.h"
 
 namespace hlm::ops {
 
@@ -54,20 +53,20 @@ struct GatedDeltaGrads {
 
 // o: [B, T, H, V] contiguous (overwritten); final_state [B, H, K, V] (nullptr = not needed).
 template <typename F>
-void gated_delta_recurrent_forward(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* o,
-                                   std::type_identity_t<F>* final_state);
+void gated_delta_recurrent_forward(const GatedDeltaArgs<F>& a, OutBuf<F> o,
+                                   OutBuf<F> final_state);
 
 // d_o: [B, T, H, V]; d_final_state [B, H, K, V] or nullptr (= zeros). Recomputes the states per block of
 // a.chunk tokens from block-boundary checkpoints.
 template <typename F>
-void gated_delta_recurrent_backward(const GatedDeltaArgs<F>& a, const std::type_identity_t<F>* d_o,
-                                    const std::type_identity_t<F>* d_final_state, const GatedDeltaGrads<F>& gr);
+void gated_delta_recurrent_backward(const GatedDeltaArgs<F>& a, InBuf<F> d_o,
+                                    InBuf<F> d_final_state, const GatedDeltaGrads<F>& gr);
 
 // One decoding step: a.T must be 1 (q, k, v, g, beta describe the one token of each row); state [B, H, K, V]
 // is read and updated in place (a.initial_state and a.doc_start are ignored; the caller resets the state
 // at a document start). o: [B, H, V].
 template <typename F>
-void gated_delta_step(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* state, std::type_identity_t<F>* o);
+void gated_delta_step(const GatedDeltaArgs<F>& a, OutBuf<F> state, OutBuf<F> o);
 
 // Number of floats of the chunk-boundary state buffer: [B, H, max_segments, K, V]. A segment is a chunk of a
 // document: documents are cut into chunks of a.chunk tokens from their own start (the last one shorter), so
@@ -78,27 +77,27 @@ i64 gated_delta_chunk_states_numel(const GatedDeltaArgs<F>& a);
 // chunk_states (optional, size gated_delta_chunk_states_numel): receives the state entering each segment,
 // so the backward need not recompute them. Unused trailing slots of a row are not written.
 template <typename F>
-void gated_delta_chunked_forward(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* o,
-                                 std::type_identity_t<F>* final_state, std::type_identity_t<F>* chunk_states = nullptr);
+void gated_delta_chunked_forward(const GatedDeltaArgs<F>& a, OutBuf<F> o,
+                                 OutBuf<F> final_state, OutBuf<F> chunk_states = nullptr);
 
 // chunk_states: as written by the forward, or nullptr (then recomputed by one more scan over chunks).
 template <typename F>
-void gated_delta_chunked_backward(const GatedDeltaArgs<F>& a, const std::type_identity_t<F>* chunk_states,
-                                  const std::type_identity_t<F>* d_o, const std::type_identity_t<F>* d_final_state,
+void gated_delta_chunked_backward(const GatedDeltaArgs<F>& a, InBuf<F> chunk_states,
+                                  InBuf<F> d_o, InBuf<F> d_final_state,
                                   const GatedDeltaGrads<F>& gr);
 
 #define HLM_GATED_DELTA_DECLARE(F)                                                                                     \
-  extern template void gated_delta_recurrent_forward<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,            \
-                                                        std::type_identity_t<F>*);                                     \
-  extern template void gated_delta_recurrent_backward<F>(const GatedDeltaArgs<F>&, const std::type_identity_t<F>*,     \
-                                                         const std::type_identity_t<F>*, const GatedDeltaGrads<F>&);   \
-  extern template void gated_delta_step<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,                         \
-                                           std::type_identity_t<F>*);                                                  \
+  extern template void gated_delta_recurrent_forward<F>(const GatedDeltaArgs<F>&, OutBuf<F>,            \
+                                                        OutBuf<F>);                                     \
+  extern template void gated_delta_recurrent_backward<F>(const GatedDeltaArgs<F>&, InBuf<F>,     \
+                                                         InBuf<F>, const GatedDeltaGrads<F>&);   \
+  extern template void gated_delta_step<F>(const GatedDeltaArgs<F>&, OutBuf<F>,                         \
+                                           OutBuf<F>);                                                  \
   extern template i64 gated_delta_chunk_states_numel<F>(const GatedDeltaArgs<F>&);                                     \
-  extern template void gated_delta_chunked_forward<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,              \
-                                                      std::type_identity_t<F>*, std::type_identity_t<F>*);             \
-  extern template void gated_delta_chunked_backward<F>(const GatedDeltaArgs<F>&, const std::type_identity_t<F>*,       \
-                                                       const std::type_identity_t<F>*, const std::type_identity_t<F>*, \
+  extern template void gated_delta_chunked_forward<F>(const GatedDeltaArgs<F>&, OutBuf<F>,              \
+                                                      OutBuf<F>, OutBuf<F>);             \
+  extern template void gated_delta_chunked_backward<F>(const GatedDeltaArgs<F>&, InBuf<F>,       \
+                                                       InBuf<F>, InBuf<F>, \
                                                        const GatedDeltaGrads<F>&);
 HLM_GATED_DELTA_DECLARE(float)
 HLM_GATED_DELTA_DECLARE(double)
