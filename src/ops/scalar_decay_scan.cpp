@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "ops/kernel_blas.h"
 #include "ops/kernel_grain.h"
 #include "ops/scan_simd.h"
+#include "ops/thread_scratch.h"
 
 namespace hlm::ops {
 namespace {
@@ -22,6 +24,15 @@ namespace {
 inline void exp_inplace(float* x, i64 n) { exp_inplace_simd(x, n); }
 inline void exp_inplace(double* x, i64 n) {
   for (i64 i = 0; i < n; ++i) x[i] = std::exp(x[i]);
+}
+
+// Per-thread scratch (ops/thread_scratch.h) of this file, one slot per buffer a thread holds at once; the numbers
+// are distinct across element types because Real may be double too.
+enum ScratchSlot : int { kSlotGam = 1, kSlotDgam, kSlotWork, kSlotDecay, kSlotRows, kSlotSeg };
+
+template <typename T>
+std::span<T> scratch_span(int slot, i64 n) {
+  return {thread_scratch<T>(slot, n), static_cast<size_t>(n)};
 }
 
 // ---- resolved arguments -------------------------------------------------------------------------------
@@ -86,11 +97,15 @@ template <typename Real>
 struct ChunkDecay {
   i64 t0 = 0, n = 0, first_reset = 0, last_start = 0;
   Real eC = 0;
-  std::vector<double> gam;
-  std::vector<Real> e, f;
-  std::vector<i64> seg;
+  std::span<double> gam;
+  std::span<Real> e, f;
+  std::span<i64> seg;
 
-  explicit ChunkDecay(i64 C) : gam(C), e(C), f(C), seg(C) {}
+  explicit ChunkDecay(i64 C)
+      : gam(scratch_span<double>(kSlotGam, C)),
+        e(scratch_span<Real>(kSlotDecay, 2 * C).first(C)),
+        f(scratch_span<Real>(kSlotDecay, 2 * C).last(C)),
+        seg(scratch_span<i64>(kSlotSeg, C)) {}
 
   void compute(const Geo<Real>& G, i64 b, i64 h, i64 c) {
     t0 = c * G.C;
@@ -163,7 +178,7 @@ void compute_chunk_states(const Geo<Real>& G, const std::vector<Real>& eC, Real*
       BH * NC,
       [&](i64 lo, i64 hi) {
         ChunkDecay<Real> cd(G.C);
-        std::vector<Real> kf(G.C * G.K);
+        std::span<Real> kf = scratch_span<Real>(kSlotRows, G.C * G.K);
         for (i64 task = lo; task < hi; ++task) {
           const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
           Real* dst = c + 1 < NC ? states + (bh * NC + c + 1) * KV : final_state ? final_state + bh * KV : nullptr;
@@ -210,22 +225,23 @@ void compute_chunk_states(const Geo<Real>& G, const std::vector<Real>& eC, Real*
       min_tasks(NC * std::min(KV, kScanBlock)));
 }
 
-// Per-thread scratch of the chunk kernels.
+// Work buffers of the chunk kernels, carved from this thread's scratch.
 template <typename Real>
 struct Scratch {
-  std::vector<Real> A, Gm, dP, dPG, rows, tmp, dQ, dK, colsum;
-  std::vector<double> dgam;
-  Scratch(i64 C, i64 K, i64 V)
-      : A(C * C),
-        Gm(C * C),
-        dP(C * C),
-        dPG(C * C),
-        rows(C * K),
-        tmp(C * std::max(K, V)),
-        dQ(C * K),
-        dK(C * K),
-        colsum(C),
-        dgam(C) {}
+  std::span<Real> A, Gm, dP, dPG, rows, tmp, dQ, dK, colsum;
+  std::span<double> dgam;
+  Scratch(i64 C, i64 K, i64 V) {
+    const i64 CC = C * C, CK = C * K, CM = C * std::max(K, V);
+    std::span<Real> all = scratch_span<Real>(kSlotWork, 4 * CC + 3 * CK + CM + C);
+    auto take = [&](i64 n) {
+      std::span<Real> part = all.first(static_cast<size_t>(n));
+      all = all.subspan(static_cast<size_t>(n));
+      return part;
+    };
+    A = take(CC), Gm = take(CC), dP = take(CC), dPG = take(CC), rows = take(CK), tmp = take(CM), dQ = take(CK),
+    dK = take(CK), colsum = take(C);
+    dgam = scratch_span<double>(kSlotDgam, C);
+  }
 };
 
 // ---- recurrent pieces -----------------------------------------------------------------------------------
@@ -290,7 +306,7 @@ void scalar_decay_recurrent_forward(const ScalarDecayArgs<Real>& a, OutBuf<Real>
   parallel_for(
       G.B * G.H,
       [&](i64 lo, i64 hi) {
-        std::vector<Real> S(KV);
+        std::span<Real> S = scratch_span<Real>(kSlotWork, KV);
         for (i64 bh = lo; bh < hi; ++bh) {
           const i64 b = bh / G.H, h = bh % G.H;
           if (G.init)
@@ -319,7 +335,9 @@ void scalar_decay_recurrent_backward(const ScalarDecayArgs<Real>& a, InBuf<Real>
   parallel_for(
       G.B * G.Hk,
       [&](i64 lo, i64 hi) {
-        std::vector<Real> ck(nseg * KV), buf(L * KV), dS(KV), S(KV);
+        std::span<Real> all = scratch_span<Real>(kSlotWork, (nseg + L + 2) * KV);
+        std::span<Real> ck = all.first(nseg * KV), buf = all.subspan(nseg * KV, L * KV),
+                        dS = all.subspan((nseg + L) * KV, KV), S = all.last(KV);
         for (i64 task = lo; task < hi; ++task) {
           const i64 b = task / G.Hk, hk = task % G.Hk;
           for (i64 t = 0; t < G.T; ++t) {
@@ -474,7 +492,7 @@ void state_grad_own_terms(const Geo<Real>& G, const Real* dout, Real* dSo, Real*
       BH * NC,
       [&](i64 lo, i64 hi) {
         ChunkDecay<Real> cd(G.C);
-        std::vector<Real> qe(G.C * G.K);
+        std::span<Real> qe = scratch_span<Real>(kSlotRows, G.C * G.K);
         for (i64 task = lo; task < hi; ++task) {
           const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
           Real* dst = c > 0 ? dSo + (bh * NC + c - 1) * KV : d_initial_state ? d_initial_state + bh * KV : nullptr;
