@@ -13,6 +13,7 @@
 #include "core/simd_target.h"
 #include "ops/doc_start.h"
 #include "ops/kernel_grain.h"
+#include "ops/thread_scratch.h"
 
 // ---- shared by every target (this file is included once per target by foreach_target) ----------------------
 #ifndef HLM_OPS_CAUSAL_CONV1D_SHARED_
@@ -22,6 +23,10 @@ namespace hlm::ops::conv1d {
 constexpr i64 kMaxW = 16;    // widths the kernels accept (the window is held in registers)
 constexpr i64 kTile = 32;    // tokens per span; dw / dbias are summed in Real over one span, then in double
 constexpr i64 kBlock = 256;  // channels per backward task (vector groups taking turns over a tile)
+// Per-thread scratch slots (ops/thread_scratch.h): the calling thread's (weights, zeros, partials) apart from a
+// worker's (windows), since the calling thread is also worker 0; distinct across element types (Real may be
+// double).
+enum ScratchSlot : int { kSlotWindows = 1, kSlotWeights = 10, kSlotZeros, kSlotPartials };
 
 template <typename Real>
 std::string shape_str(const CausalConv1dArgs<Real>& a) {
@@ -34,8 +39,8 @@ struct Geo {
   bool silu;
   const Real *u, *w, *bias, *init;
   const int32_t* ds;
-  std::vector<Real> wt;    // [W, C]: w transposed so that the inner loops run over contiguous channels
-  std::vector<Real> zero;  // [C] zeros: read for taps outside the document (and for no bias)
+  std::span<Real> wt;    // [W, C]: w transposed so that the inner loops run over contiguous channels
+  std::span<Real> zero;  // [C] zeros: read for taps outside the document (and for no bias)
 
   i64 lo(i64 b, i64 t) const { return ds ? ds[b * T + t] : 0; }
   // Row holding input position s (may be negative) as seen by output token t; nullptr = zero.
@@ -63,10 +68,11 @@ Geo<Real> resolve(const CausalConv1dArgs<Real>& a, const char* op) {
   HLM_CHECK(a.W <= kMaxW, "{}: width W must be <= {} ({})", op, kMaxW, shape_str(a));
   check_doc_start(op, a.doc_start, a.B, a.T);
   Geo<Real> G{a.B, a.T, a.C, a.W, ur, a.silu, a.u, a.w, a.bias, a.initial_state, a.doc_start, {}, {}};
-  G.wt.resize(a.W * a.C);
+  G.wt = thread_scratch_span<Real>(kSlotWeights, a.W * a.C);
   for (i64 c = 0; c < a.C; ++c)
     for (i64 j = 0; j < a.W; ++j) G.wt[j * a.C + c] = a.w[c * a.W + j];
-  G.zero.assign(a.C, Real(0));
+  G.zero = thread_scratch_span<Real>(kSlotZeros, a.C);
+  std::fill(G.zero.begin(), G.zero.end(), Real(0));
   return G;
 }
 
@@ -197,14 +203,16 @@ void step(const Geo<Real>& G, Real* state, Real* y) {
 template <typename Real>
 struct Windows {
   i64 L = 0;
-  std::vector<Real> buf;  // [ng, 2, kMaxW, L]
-  std::vector<i64> l;     // [ng]
+  std::span<Real> buf;  // [ng, 2, kMaxW, L]
+  std::span<i64> l;     // [ng]
   Real* x(i64 g) { return buf.data() + g * 2 * kMaxW * L; }
   Real* pend(i64 g) { return x(g) + kMaxW * L; }
   // Channels [c0, ...) of row b in groups of L lanes: the window starts as the conv state (slot W-1-k) or zeros.
   void reset(const Geo<Real>& G, i64 b, i64 c0, i64 ng, i64 nc) {
-    buf.assign(static_cast<size_t>(ng * 2 * kMaxW * L), Real(0));
-    l.assign(static_cast<size_t>(ng), 0);
+    buf = thread_scratch_span<Real>(kSlotWindows, ng * 2 * kMaxW * L);
+    l = thread_scratch_span<i64>(kSlotWindows, ng);
+    std::fill(buf.begin(), buf.end(), Real(0));
+    std::fill(l.begin(), l.end(), i64{0});
     if (!G.init) return;
     for (i64 g = 0; g < ng; ++g)
       for (i64 k = 1; k < G.W; ++k) {
@@ -388,7 +396,8 @@ void causal_conv1d_backward(const CausalConv1dArgs<Real>& a, InBuf<Real> dy, con
   HLM_CHECK(dy && du, "causal_conv1d_backward: dy and du are required ({})", shape_str(a));
   const i64 C = G.C, W = G.W;
   if (d_initial_state) std::fill(d_initial_state, d_initial_state + G.B * (W - 1) * C, Real(0));
-  std::vector<double> part(static_cast<size_t>(G.B * (W + 1) * C), 0.0);  // [B, W+1, C]: dw taps, then dbias
+  std::span<double> part = thread_scratch_span<double>(kSlotPartials, G.B * (W + 1) * C);  // dw taps, then dbias
+  std::fill(part.begin(), part.end(), 0.0);
   init_simd();
   run_backward(G, dy, du, d_initial_state, part.data());
   for (i64 j = 0; j <= W; ++j) {

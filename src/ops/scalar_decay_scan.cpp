@@ -30,11 +30,6 @@ inline void exp_inplace(double* x, i64 n) {
 // are distinct across element types because Real may be double too.
 enum ScratchSlot : int { kSlotGam = 1, kSlotDgam, kSlotWork, kSlotDecay, kSlotRows, kSlotSeg };
 
-template <typename T>
-std::span<T> scratch_span(int slot, i64 n) {
-  return {thread_scratch<T>(slot, n), static_cast<size_t>(n)};
-}
-
 // ---- resolved arguments -------------------------------------------------------------------------------
 
 template <typename Real>
@@ -102,10 +97,10 @@ struct ChunkDecay {
   std::span<i64> seg;
 
   explicit ChunkDecay(i64 C)
-      : gam(scratch_span<double>(kSlotGam, C)),
-        e(scratch_span<Real>(kSlotDecay, 2 * C).first(C)),
-        f(scratch_span<Real>(kSlotDecay, 2 * C).last(C)),
-        seg(scratch_span<i64>(kSlotSeg, C)) {}
+      : gam(thread_scratch_span<double>(kSlotGam, C)),
+        e(thread_scratch_span<Real>(kSlotDecay, 2 * C).first(C)),
+        f(thread_scratch_span<Real>(kSlotDecay, 2 * C).last(C)),
+        seg(thread_scratch_span<i64>(kSlotSeg, C)) {}
 
   void compute(const Geo<Real>& G, i64 b, i64 h, i64 c) {
     t0 = c * G.C;
@@ -178,7 +173,7 @@ void compute_chunk_states(const Geo<Real>& G, const std::vector<Real>& eC, Real*
       BH * NC,
       [&](i64 lo, i64 hi) {
         ChunkDecay<Real> cd(G.C);
-        std::span<Real> kf = scratch_span<Real>(kSlotRows, G.C * G.K);
+        std::span<Real> kf = thread_scratch_span<Real>(kSlotRows, G.C * G.K);
         for (i64 task = lo; task < hi; ++task) {
           const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
           Real* dst = c + 1 < NC ? states + (bh * NC + c + 1) * KV : final_state ? final_state + bh * KV : nullptr;
@@ -232,7 +227,7 @@ struct Scratch {
   std::span<double> dgam;
   Scratch(i64 C, i64 K, i64 V) {
     const i64 CC = C * C, CK = C * K, CM = C * std::max(K, V);
-    std::span<Real> all = scratch_span<Real>(kSlotWork, 4 * CC + 3 * CK + CM + C);
+    std::span<Real> all = thread_scratch_span<Real>(kSlotWork, 4 * CC + 3 * CK + CM + C);
     auto take = [&](i64 n) {
       std::span<Real> part = all.first(static_cast<size_t>(n));
       all = all.subspan(static_cast<size_t>(n));
@@ -240,7 +235,7 @@ struct Scratch {
     };
     A = take(CC), Gm = take(CC), dP = take(CC), dPG = take(CC), rows = take(CK), tmp = take(CM), dQ = take(CK),
     dK = take(CK), colsum = take(C);
-    dgam = scratch_span<double>(kSlotDgam, C);
+    dgam = thread_scratch_span<double>(kSlotDgam, C);
   }
 };
 
@@ -306,7 +301,7 @@ void scalar_decay_recurrent_forward(const ScalarDecayArgs<Real>& a, OutBuf<Real>
   parallel_for(
       G.B * G.H,
       [&](i64 lo, i64 hi) {
-        std::span<Real> S = scratch_span<Real>(kSlotWork, KV);
+        std::span<Real> S = thread_scratch_span<Real>(kSlotWork, KV);
         for (i64 bh = lo; bh < hi; ++bh) {
           const i64 b = bh / G.H, h = bh % G.H;
           if (G.init)
@@ -335,7 +330,7 @@ void scalar_decay_recurrent_backward(const ScalarDecayArgs<Real>& a, InBuf<Real>
   parallel_for(
       G.B * G.Hk,
       [&](i64 lo, i64 hi) {
-        std::span<Real> all = scratch_span<Real>(kSlotWork, (nseg + L + 2) * KV);
+        std::span<Real> all = thread_scratch_span<Real>(kSlotWork, (nseg + L + 2) * KV);
         std::span<Real> ck = all.first(nseg * KV), buf = all.subspan(nseg * KV, L * KV),
                         dS = all.subspan((nseg + L) * KV, KV), S = all.last(KV);
         for (i64 task = lo; task < hi; ++task) {
@@ -492,7 +487,7 @@ void state_grad_own_terms(const Geo<Real>& G, const Real* dout, Real* dSo, Real*
       BH * NC,
       [&](i64 lo, i64 hi) {
         ChunkDecay<Real> cd(G.C);
-        std::span<Real> qe = scratch_span<Real>(kSlotRows, G.C * G.K);
+        std::span<Real> qe = thread_scratch_span<Real>(kSlotRows, G.C * G.K);
         for (i64 task = lo; task < hi; ++task) {
           const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
           Real* dst = c > 0 ? dSo + (bh * NC + c - 1) * KV : d_initial_state ? d_initial_state + bh * KV : nullptr;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -38,6 +39,12 @@ Real* thread_scratch(int slot, i64 n) {
     b.n = n;
   }
   return b.p.get();
+}
+
+// The same as a span of n elements.
+template <typename T>
+std::span<T> thread_scratch_span(int slot, i64 n) {
+  return {thread_scratch<T>(slot, n), static_cast<size_t>(n)};
 }
 
 }  // namespace hlm::ops
