@@ -23,10 +23,12 @@ std::vector<float> randn(size_t n, uint64_t seed) {
   return v;
 }
 
-hlm::ops::AttentionShape shape(i64 window) {
-  hlm::ops::AttentionShape s;
-  s.B = kB, s.T = kT, s.H = kH, s.Hkv = kH, s.hd = kHd, s.window = window;
-  return s;
+// The bench shape with q | k | v of the fused rows in qkv.
+hlm::ops::AttentionArgs args(i64 window, const float* qkv) {
+  hlm::ops::AttentionArgs a;
+  a.B = kB, a.T = kT, a.H = kH, a.Hkv = kH, a.hd = kHd, a.window = window;
+  a.q = qkv, a.k = qkv + kH * kHd, a.v = qkv + 2 * kH * kHd, a.q_stride = a.kv_stride = kStride;
+  return a;
 }
 
 double forward_flops(i64 window) {
@@ -41,15 +43,12 @@ struct Buffers {
   std::vector<float> o = std::vector<float>(kB * kT * kH * kHd), lse = std::vector<float>(kB * kH * kT);
   std::vector<float> dqkv = std::vector<float>(kB * kT * kStride);
   void forward(i64 window) {
-    const float* p = qkv.data();
-    hlm::ops::attention_forward(shape(window), p, kStride, p + kH * kHd, p + 2 * kH * kHd, kStride, o.data(),
-                                lse.data());
+    hlm::ops::attention_forward(args(window, qkv.data()), o.data(), lse.data());
   }
   void backward(i64 window) {
-    const float* p = qkv.data();
     float* g = dqkv.data();
-    hlm::ops::attention_backward(shape(window), p, kStride, p + kH * kHd, p + 2 * kH * kHd, kStride, o.data(),
-                                 lse.data(), dout.data(), g, g + kH * kHd, g + 2 * kH * kHd);
+    hlm::ops::attention_backward(args(window, qkv.data()), o.data(), lse.data(), dout.data(),
+                                 {g, g + kH * kHd, g + 2 * kH * kHd});
   }
 };
 

@@ -31,7 +31,7 @@ constexpr Shape kLightning{4, 4}, kMamba{8, 1};
 struct Buffers {
   Shape s;
   std::vector<float> row, vbuf, g, o, fin, dout, drow, dvbuf, dg, states, ws;
-  hlm::ops::ScalarDecayArgs a;
+  hlm::ops::ScalarDecayArgs<float> a;
   explicit Buffers(Shape sh) : s(sh) {
     hlm::Rng r(1);
     const bool mamba = s.Hk == 1 && s.H > 1;
@@ -52,23 +52,23 @@ struct Buffers {
       for (auto& x : vbuf) x = static_cast<float>(r.normal() * 0.1);
       dvbuf.resize(vbuf.size());
       a.k = row.data() + s.H * kV, a.q = row.data() + s.H * kV + kK;  // k = B, q = C
-      a.q_row = a.k_row = stride;
+      a.q_stride = a.k_stride = stride;
       a.v = vbuf.data();
     } else {
       a.q = row.data(), a.k = row.data() + s.H * kK, a.v = row.data() + 2 * s.H * kK;
-      a.q_row = a.k_row = a.v_row = stride;
+      a.q_stride = a.k_stride = a.v_stride = stride;
     }
     a.g = g.data();
-    states.resize(hlm::ops::scalar_decay_chunk_states_size(a));
-    ws.resize(hlm::ops::scalar_decay_backward_workspace_size(a));
+    states.resize(hlm::ops::scalar_decay_chunk_states_numel(a));
+    ws.resize(hlm::ops::scalar_decay_backward_workspace_numel(a));
   }
   void forward() { hlm::ops::scalar_decay_chunked_forward(a, o.data(), fin.data(), states.data()); }
   void backward(bool saved) {
     float* dq = drow.data() + (a.q - row.data());
     float* dk = drow.data() + (a.k - row.data());
     float* dv = vbuf.empty() ? drow.data() + (a.v - row.data()) : dvbuf.data();
-    hlm::ops::scalar_decay_chunked_backward(a, saved ? states.data() : nullptr, dout.data(), nullptr, dq, dk, dv,
-                                            dg.data(), nullptr, ws.data());
+    hlm::ops::scalar_decay_chunked_backward(a, saved ? states.data() : nullptr, dout.data(), nullptr,
+                                            {.dq = dq, .dk = dk, .dv = dv, .dg = dg.data()}, ws.data());
   }
   double fwd_flops() const {
     const double G = double(s.H / s.Hk);
@@ -124,7 +124,7 @@ BENCHMARK(BM_ScalarDecayChunkedForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark:
 void BM_ScalarDecayStep(benchmark::State& st) {
   const Shape s = shape_of(st);
   Buffers b(s);
-  hlm::ops::ScalarDecayArgs a = b.a;
+  hlm::ops::ScalarDecayArgs<float> a = b.a;
   a.T = 1;
   std::vector<float> state(kB * s.H * kK * kV, 0.f), o(kB * s.H * kV);
   for (auto _ : st) {
@@ -143,12 +143,12 @@ void BM_CausalConv1dForwardBackward(benchmark::State& st) {
       db(C);
   for (auto* v : {&u, &w, &bias, &dy})
     for (auto& x : *v) x = static_cast<float>(r.normal());
-  hlm::ops::CausalConv1dArgs a;
+  hlm::ops::CausalConv1dArgs<float> a;
   a.B = kB, a.T = kT, a.C = C, a.W = W, a.silu = true;
   a.u = u.data(), a.w = w.data(), a.bias = bias.data();
   for (auto _ : st) {
     hlm::ops::causal_conv1d_forward(a, y.data(), nullptr);
-    hlm::ops::causal_conv1d_backward(a, dy.data(), du.data(), dw.data(), db.data(), nullptr);
+    hlm::ops::causal_conv1d_backward(a, dy.data(), {.du = du.data(), .dw = dw.data(), .dbias = db.data()});
     benchmark::DoNotOptimize(du.data());
   }
   set_rate(st, 4 * 2.0 * W * kB * kT * C);  // forward; backward: pre-activation recompute, du, dw

@@ -28,8 +28,8 @@ struct Case {
     return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
            " Hkv=" + std::to_string(Hkv) + " hd=" + std::to_string(hd) + " W=" + std::to_string(W);
   }
-  ops::AttentionShape shape() const {
-    ops::AttentionShape s;
+  ops::AttentionArgs shape() const {
+    ops::AttentionArgs s;
     s.B = B, s.T = T, s.H = H, s.Hkv = Hkv, s.hd = hd, s.window = W, s.scale = scale;
     return s;
   }
@@ -107,6 +107,13 @@ Ref reference(const Case& c, const std::vector<double>& qkv, const std::vector<d
   return r;
 }
 
+// The shape s with its inputs: q with row stride qs, k and v with row stride kvs.
+ops::AttentionArgs with_inputs(ops::AttentionArgs s, const float* q, i64 qs, const float* k, const float* v, i64 kvs,
+                               const int32_t* doc_start = nullptr) {
+  s.q = q, s.q_stride = qs, s.k = k, s.v = v, s.kv_stride = kvs, s.doc_start = doc_start;
+  return s;
+}
+
 struct KernelOut {
   std::vector<float> o, lse, dqkv;
 };
@@ -120,15 +127,14 @@ KernelOut run_kernel(const Case& c, const std::vector<float>& qkv, const std::ve
   r.o = nan_vec(c.B * c.T * c.H * c.hd);
   r.lse = nan_vec(c.B * c.H * c.T);
   const int32_t* ds = doc ? doc->data() : nullptr;
-  ops::attention_forward(c.shape(), base + c.qoff(), st, base + c.koff(), base + c.voff(), st, r.o.data(), r.lse.data(),
-                         ds);
+  const ops::AttentionArgs a = with_inputs(c.shape(), base + c.qoff(), st, base + c.koff(), base + c.voff(), st, ds);
+  ops::attention_forward(a, r.o.data(), r.lse.data());
   if (dout) {
     r.dqkv = nan_vec(c.B * c.T * st);
     for (i64 n = 0; n < c.B * c.T; ++n)
       for (i64 j = (c.H + 2 * c.Hkv) * c.hd; j < st; ++j) r.dqkv[n * st + j] = 7.f;
     float* g = r.dqkv.data();
-    ops::attention_backward(c.shape(), base + c.qoff(), st, base + c.koff(), base + c.voff(), st, r.o.data(),
-                            r.lse.data(), dout->data(), g + c.qoff(), g + c.koff(), g + c.voff(), ds);
+    ops::attention_backward(a, r.o.data(), r.lse.data(), dout->data(), {g + c.qoff(), g + c.koff(), g + c.voff()});
   }
   return r;
 }
@@ -341,19 +347,21 @@ TEST(Attention, BadArgumentsThrowWithOpName) {
       EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
     }
   };
-  ops::AttentionShape s;
+  ops::AttentionArgs s;
   s.B = 1, s.T = 4, s.H = 3, s.Hkv = 2, s.hd = 8;  // H not a multiple of Hkv
-  expect_msg([&] { ops::attention_forward(s, p, 64, p, p, 64, p, p); }, "attention_forward:");
+  expect_msg([&] { ops::attention_forward(with_inputs(s, p, 64, p, p, 64), p, p); }, "attention_forward:");
   s.H = 4;
-  expect_msg([&] { ops::attention_forward(s, p, 16, p, p, 64, p, p); }, "attention_forward: q_stride");
-  expect_msg([&] { ops::attention_backward(s, p, 64, p, p, 8, p, p, p, p, p, p); }, "attention_backward: kv_stride");
+  expect_msg([&] { ops::attention_forward(with_inputs(s, p, 16, p, p, 64), p, p); }, "attention_forward: q_stride");
+  expect_msg([&] { ops::attention_backward(with_inputs(s, p, 64, p, p, 8), p, p, p, {p, p, p}); },
+             "attention_backward: kv_stride");
   s.window = -1;
-  expect_msg([&] { ops::attention_forward(s, p, 64, p, p, 64, p, p); }, "attention_forward: negative window");
+  expect_msg([&] { ops::attention_forward(with_inputs(s, p, 64, p, p, 64), p, p); },
+             "attention_forward: negative window");
   s.window = 0;
   // doc_start must describe contiguous documents: 0 0 2 2 is fine, 0 0 2 1 is not.
   std::vector<int32_t> good = {0, 0, 2, 2}, bad = {0, 0, 2, 1};
-  ops::attention_forward(s, p, 64, p, p, 64, p + 2048, p + 3072, good.data());
-  expect_msg([&] { ops::attention_forward(s, p, 64, p, p, 64, p + 2048, p + 3072, bad.data()); },
+  ops::attention_forward(with_inputs(s, p, 64, p, p, 64, good.data()), p + 2048, p + 3072);
+  expect_msg([&] { ops::attention_forward(with_inputs(s, p, 64, p, p, 64, bad.data()), p + 2048, p + 3072); },
              "attention_forward: doc_start");
 }
 
@@ -419,9 +427,9 @@ TEST(Attention, KeyOffsetForwardMatchesDoubleReference) {
     std::vector<double> ro, rl;
     offset_reference(c, q, k, v, ks, ro, rl);
     auto o = nan_vec(c.B * c.T * c.H * c.hd), lse = nan_vec(c.B * c.H * c.T);
-    ops::AttentionShape s;
+    ops::AttentionArgs s;
     s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
-    ops::attention_forward(s, q.data(), c.H * c.hd, k.data(), v.data(), ks, o.data(), lse.data());
+    ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), ks), o.data(), lse.data());
     EXPECT_TRUE(close_rel(o, ro, 2e-6, "o " + c.name()));
     EXPECT_TRUE(close_rel(lse, rl, 1e-6, "lse " + c.name()));
   }
@@ -433,7 +441,7 @@ TEST(Attention, KeyOffsetBitwiseEqualAcrossThreadCounts) {
   for (const OffCase& c : {OffCase{1, 200, 1400, 4, 2, 64, 0}, OffCase{2, 130, 900, 4, 1, 32, 300}}) {
     auto q = randn(c.B * c.T * c.H * c.hd, 940), k = randn(c.B * c.Tk * c.Hkv * c.hd, 941),
          v = randn(c.B * c.Tk * c.Hkv * c.hd, 942);
-    ops::AttentionShape s;
+    ops::AttentionArgs s;
     s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
     std::vector<std::vector<float>> o, lse;
     const int old = omp_get_max_threads();
@@ -441,7 +449,7 @@ TEST(Attention, KeyOffsetBitwiseEqualAcrossThreadCounts) {
       omp_set_num_threads(threads);
       o.push_back(nan_vec(c.B * c.T * c.H * c.hd));
       lse.push_back(nan_vec(c.B * c.H * c.T));
-      ops::attention_forward(s, q.data(), c.H * c.hd, k.data(), v.data(), c.Hkv * c.hd, o.back().data(),
+      ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), c.Hkv * c.hd), o.back().data(),
                              lse.back().data());
     }
     omp_set_num_threads(old);
@@ -463,10 +471,10 @@ TEST(Attention, KeyOffsetChunksEqualTheWholeForward) {
     const i64 sizes[4] = {70, 3, 1, 64};  // shorter and longer than the window and the tile
     for (i64 t0 = 0, i = 0; t0 < c.T; ++i) {
       const i64 n = std::min<i64>(c.T - t0, sizes[i % 4]);
-      ops::AttentionShape s = c.shape();
+      ops::AttentionArgs s = c.shape();
       s.T = n, s.Tk = t0 + n;
       std::vector<float> lse = nan_vec(c.H * n);
-      ops::attention_forward(s, qkv.data() + t0 * st, st, qkv.data() + c.koff(), qkv.data() + c.voff(), st,
+      ops::attention_forward(with_inputs(s, qkv.data() + t0 * st, st, qkv.data() + c.koff(), qkv.data() + c.voff(), st),
                              got.data() + t0 * c.H * c.hd, lse.data());
       for (i64 h = 0; h < c.H; ++h)
         for (i64 t = 0; t < n; ++t) ASSERT_FLOAT_EQ(lse[h * n + t], whole.lse[h * c.T + t0 + t]) << t0;
@@ -479,16 +487,17 @@ TEST(Attention, KeyOffsetChunksEqualTheWholeForward) {
 TEST(Attention, KeyOffsetBadArgumentsThrow) {
   std::vector<float> buf(4096, 0.f);
   float* p = buf.data();
-  ops::AttentionShape s, s6;
+  ops::AttentionArgs s, s6;
   s.B = 1, s.T = 4, s.Tk = 3, s.H = 2, s.Hkv = 1, s.hd = 8;
   s6 = s;
   s6.Tk = 6;
   std::vector<int32_t> ds = {0, 0, 0, 0};
   const std::vector<std::pair<std::function<void()>, std::string>> bad = {
-      {[&] { ops::attention_forward(s, p, 16, p, p, 8, p + 1024, p + 2048); }, "attention_forward: Tk=3"},
-      {[&] { ops::attention_forward(s6, p, 16, p, p, 8, p + 1024, p + 2048, ds.data()); },
+      {[&] { ops::attention_forward(with_inputs(s, p, 16, p, p, 8), p + 1024, p + 2048); }, "attention_forward: Tk=3"},
+      {[&] { ops::attention_forward(with_inputs(s6, p, 16, p, p, 8, ds.data()), p + 1024, p + 2048); },
        "attention_forward: doc_start needs Tk == T"},
-      {[&] { ops::attention_backward(s6, p, 16, p, p, 8, p, p, p, p, p, p); }, "attention_backward: needs Tk == T"},
+      {[&] { ops::attention_backward(with_inputs(s6, p, 16, p, p, 8), p, p, p, {p, p, p}); },
+       "attention_backward: needs Tk == T"},
   };
   for (const auto& [fn, prefix] : bad) {
     std::string msg = "(no throw)";

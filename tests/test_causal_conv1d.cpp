@@ -78,14 +78,14 @@ std::vector<double> reference(const ConvData& d) {
 template <typename R>
 struct ConvRun {
   std::vector<R> u, w, bias, init, y, fin, du, dw, dbias, dinit;
-  CausalConv1dArgsT<R> a;
+  CausalConv1dArgs<R> a;
   explicit ConvRun(const ConvData& d)
       : u(d.u.begin(), d.u.end()),
         w(d.w.begin(), d.w.end()),
         bias(d.bias.begin(), d.bias.end()),
         init(d.init.begin(), d.init.end()) {
     const ConvCase& c = d.cs;
-    a.B = c.B, a.T = c.T, a.C = c.C, a.W = c.W, a.u_row = d.ur, a.silu = c.silu;
+    a.B = c.B, a.T = c.T, a.C = c.C, a.W = c.W, a.u_stride = d.ur, a.silu = c.silu;
     a.u = u.data(), a.w = w.data(), a.bias = c.bias ? bias.data() : nullptr;
     a.initial_state = c.init ? init.data() : nullptr;
     a.doc_start = d.ds.empty() ? nullptr : d.ds.data();
@@ -102,13 +102,13 @@ struct ConvRun {
     std::vector<R> dyr(dy.begin(), dy.end());
     du.assign(u.size(), R(123));
     for (i64 i = 0; i < a.B * a.T; ++i)
-      for (i64 ch = 0; ch < a.C; ++ch) du[i * a.u_row + ch] = nan;
+      for (i64 ch = 0; ch < a.C; ++ch) du[i * a.u_stride + ch] = nan;
     dw.assign(w.size(), R(0.5));
     dbias.assign(a.C, R(0.5));
     dinit.assign(a.B * (a.W - 1) * a.C, nan);
-    causal_conv1d_backward(a, dyr.data(), du.data(), dw.data(), dbias.data(), dinit.data());
+    causal_conv1d_backward(a, dyr.data(), {du.data(), dw.data(), dbias.data(), dinit.data()});
   }
-  std::vector<double> du_dense() const { return unpack_rows(du, a.B * a.T, a.u_row, 0, a.C); }
+  std::vector<double> du_dense() const { return unpack_rows(du, a.B * a.T, a.u_stride, 0, a.C); }
 };
 
 std::vector<ConvCase> cases() {
@@ -292,7 +292,7 @@ TEST(CausalConv1d, ChainedPrefillAndStepsMatchFullForward) {
       for (i64 b = 0; b < fc.B; ++b)
         std::copy(full.u.begin() + (b * fc.T + t0) * d.ur, full.u.begin() + (b * fc.T + t0 + len) * d.ur,
                   u.begin() + b * len * d.ur);
-      CausalConv1dArgs a = full.a;
+      CausalConv1dArgs<float> a = full.a;
       a.T = len, a.u = u.data(), a.initial_state = W > 1 ? state.data() : nullptr;
       std::vector<float> y(fc.B * len * fc.C, std::nanf(""));
       causal_conv1d_forward(a, y.data(), W > 1 ? state.data() : nullptr);
@@ -306,7 +306,7 @@ TEST(CausalConv1d, ChainedPrefillAndStepsMatchFullForward) {
       for (i64 b = 0; b < fc.B; ++b)
         std::copy(full.u.begin() + (b * fc.T + t0) * d.ur, full.u.begin() + (b * fc.T + t0 + 1) * d.ur,
                   u.begin() + b * d.ur);
-      CausalConv1dArgs a = full.a;
+      CausalConv1dArgs<float> a = full.a;
       a.T = 1, a.u = u.data(), a.initial_state = nullptr;
       std::vector<float> y(fc.B * fc.C, std::nanf(""));
       causal_conv1d_step(a, state.data(), y.data());
@@ -323,8 +323,8 @@ TEST(CausalConv1d, BadArgumentsThrow) {
   ConvData d(c);
   ConvRun<float> r(d);
   std::vector<float> y(12);
-  CausalConv1dArgs a = r.a;
-  a.u_row = 2;
+  CausalConv1dArgs<float> a = r.a;
+  a.u_stride = 2;
   EXPECT_THROW(causal_conv1d_forward(a, y.data(), nullptr), Error);
   a = r.a, a.W = 0;
   EXPECT_THROW(causal_conv1d_forward(a, y.data(), nullptr), Error);
@@ -336,7 +336,7 @@ TEST(CausalConv1d, BadArgumentsThrow) {
   std::vector<float> st(9);
   EXPECT_THROW(causal_conv1d_step(r.a, st.data(), y.data()), Error);  // T != 1
   try {
-    a = r.a, a.u_row = 2;
+    a = r.a, a.u_stride = 2;
     causal_conv1d_forward(a, y.data(), nullptr);
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("causal_conv1d_forward"), std::string::npos);

@@ -123,14 +123,15 @@ template <typename R>
 struct ScanRun {
   std::vector<R> q, k, v, g, init;
   std::vector<R> o, fin, states, dq, dk, dv, dg, dinit;
-  ScalarDecayArgsT<R> a;
+  ScalarDecayArgs<R> a;
 
   explicit ScanRun(const Data& d)
       : q(cast<R>(d.q)), k(cast<R>(d.k)), v(cast<R>(d.v)), g(cast<R>(d.g)), init(cast<R>(d.init)) {
     const Case& c = d.cs;
     a.B = c.B, a.T = c.T, a.H = c.H, a.Hk = c.Hk, a.K = c.K, a.V = c.V, a.chunk = c.C;
     a.scale = static_cast<R>(c.scale);
-    a.q_row = d.qr, a.q_head = d.qh, a.k_row = d.kr, a.k_head = d.kh, a.v_row = d.vr, a.v_head = d.vh;
+    a.q_stride = d.qr, a.q_head_stride = d.qh, a.k_stride = d.kr, a.k_head_stride = d.kh, a.v_stride = d.vr,
+    a.v_head_stride = d.vh;
     a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data();
     a.initial_state = c.init ? init.data() : nullptr;
     a.doc_start = d.ds.empty() ? nullptr : d.ds.data();
@@ -147,7 +148,7 @@ struct ScanRun {
     o = nan(d.o_size());
     fin = nan(d.state_size());
     if (chunked) {
-      states = save_states ? nan(scalar_decay_chunk_states_size(a)) : std::vector<R>{};
+      states = save_states ? nan(scalar_decay_chunk_states_numel(a)) : std::vector<R>{};
       scalar_decay_chunked_forward(a, o.data(), fin.data(), save_states ? states.data() : nullptr);
     } else {
       scalar_decay_recurrent_forward(a, o.data(), fin.data());
@@ -165,11 +166,11 @@ struct ScanRun {
     dinit = nan(d.state_size());
     const R* dFp = dfin.empty() ? nullptr : dF.data();
     if (chunked)
-      scalar_decay_chunked_backward(a, use_states ? states.data() : nullptr, dO.data(), dFp, dq.data(), dk.data(),
-                                    dv.data(), dg.data(), dinit.data(), workspace);
+      scalar_decay_chunked_backward(a, use_states ? states.data() : nullptr, dO.data(), dFp, grad_buffers(), workspace);
     else
-      scalar_decay_recurrent_backward(a, dO.data(), dFp, dq.data(), dk.data(), dv.data(), dg.data(), dinit.data());
+      scalar_decay_recurrent_backward(a, dO.data(), dFp, grad_buffers());
   }
+  ScalarDecayGrads<R> grad_buffers() { return {dq.data(), dk.data(), dv.data(), dg.data(), dinit.data()}; }
   // Gradients as dense double vectors: q, k, v, g, initial state.
   std::vector<std::vector<double>> grads(const Data& d) const {
     const Case& c = d.cs;
@@ -497,7 +498,7 @@ TEST(ScalarDecayScan, DecodeStepsMatchFullForward) {
                 vs.begin() + b * d.vr);
       std::copy(full.g.begin() + (b * c.T + t) * c.H, full.g.begin() + (b * c.T + t + 1) * c.H, gs.begin() + b * c.H);
     }
-    ScalarDecayArgs a = full.a;
+    ScalarDecayArgs<float> a = full.a;
     a.T = 1;
     a.q = qs.data(), a.k = ks.data(), a.v = vs.data(), a.g = gs.data();
     a.initial_state = nullptr;
@@ -529,7 +530,7 @@ TEST(ScalarDecayScan, SavedStatesWorkspaceAndThreadCountGiveIdenticalBits) {
   b.forward(d, true, /*save_states=*/false);
   b.backward(d, true, dout, dfin, /*use_states=*/false);
   e.forward(d, true);
-  std::vector<float> ws(scalar_decay_backward_workspace_size(e.a), std::nanf(""));
+  std::vector<float> ws(scalar_decay_backward_workspace_numel(e.a), std::nanf(""));
   e.backward(d, true, dout, dfin, true, ws.data());
   EXPECT_EQ(a.o, b.o);
   EXPECT_EQ(a.fin, b.fin);
@@ -574,18 +575,18 @@ TEST(ScalarDecayScan, BadArgumentsThrow) {
   Data d(c);
   ScanRun<float> r(d);
   std::vector<float> o(d.o_size()), fin(d.state_size());
-  auto expect_throw = [&](ScalarDecayArgs a) {
+  auto expect_throw = [&](ScalarDecayArgs<float> a) {
     EXPECT_THROW(scalar_decay_chunked_forward(a, o.data(), fin.data(), nullptr), Error);
     EXPECT_THROW(scalar_decay_recurrent_forward(a, o.data(), fin.data()), Error);
   };
-  ScalarDecayArgs a = r.a;
+  ScalarDecayArgs<float> a = r.a;
   a.Hk = 3;  // H not a multiple of Hk
   expect_throw(a);
   a = r.a, a.chunk = 0;
   expect_throw(a);
-  a = r.a, a.q_row = 5;  // rows overlap
+  a = r.a, a.q_stride = 5;  // rows overlap
   expect_throw(a);
-  a = r.a, a.v_head = 2;  // heads overlap
+  a = r.a, a.v_head_stride = 2;  // heads overlap
   expect_throw(a);
   a = r.a, a.g = nullptr;
   expect_throw(a);

@@ -32,7 +32,7 @@ struct AttnOut {
 // GQA 4:2, hd 48 (not a multiple of 16: masked vector tails), T 200 (a partial last tile), a window that cuts
 // tiles, two packed documents in row 1; large enough for the kernels' parallel regions.
 AttnOut run_attention() {
-  ops::AttentionShape s;
+  ops::AttentionArgs s;
   s.B = 2, s.T = 200, s.H = 4, s.Hkv = 2, s.hd = 48, s.window = 100;
   const i64 qs = s.H * s.hd, kvs = s.Hkv * s.hd, n = s.B * s.T;
   const auto q = randn(static_cast<size_t>(n * qs), 1), k = randn(static_cast<size_t>(n * kvs), 2);
@@ -41,9 +41,9 @@ AttnOut run_attention() {
   for (i64 t = 0; t < s.T; ++t) ds[t] = 0, ds[s.T + t] = t < 61 ? 0 : 61;
   AttnOut r{nan_vec(q.size()), nan_vec(static_cast<size_t>(s.B * s.H * s.T)), nan_vec(q.size()), nan_vec(k.size()),
             nan_vec(v.size())};
-  ops::attention_forward(s, q.data(), qs, k.data(), v.data(), kvs, r.o.data(), r.lse.data(), ds.data());
-  ops::attention_backward(s, q.data(), qs, k.data(), v.data(), kvs, r.o.data(), r.lse.data(), dout.data(),
-                          r.dq.data(), r.dk.data(), r.dv.data(), ds.data());
+  s.q = q.data(), s.q_stride = qs, s.k = k.data(), s.v = v.data(), s.kv_stride = kvs, s.doc_start = ds.data();
+  ops::attention_forward(s, r.o.data(), r.lse.data());
+  ops::attention_backward(s, r.o.data(), r.lse.data(), dout.data(), {r.dq.data(), r.dk.data(), r.dv.data()});
   return r;
 }
 

@@ -136,8 +136,7 @@ void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& 
   norm_and_rope(qkv_, qk_rstd_, s.B, s.T, -1, nullptr);
   o_ = arena.floats(N * H_ * hd_, "attention out");
   lse_ = arena.floats(s.B * H_ * s.T, "attention lse");
-  ops::AttentionShape sh{s.B, s.T, H_, Hkv_, hd_, effective_window(), 0.f};
-  ops::attention_forward(sh, qkv_, W3, qkv_ + H_ * hd_, qkv_ + (H_ + Hkv_) * hd_, W3, o_, lse_, s.doc_start);
+  ops::attention_forward(attention_args(qkv_, s.B, s.T, s.doc_start), o_, lse_);
   ops::linear_forward(o_, P(off_wo_), y, N, H_ * hd_, D_);
 }
 
@@ -147,9 +146,8 @@ void AttentionMixer::backward(const float* x, const float* dy, float* dx, const 
   float* d_o = arena.floats(N * H_ * hd_, "attention d_out");
   float* dqkv = arena.floats(N * W3, "attention dqkv");
   ops::linear_backward(o_, P(off_wo_), dy, d_o, G(off_wo_), N, H_ * hd_, D_);
-  ops::AttentionShape sh{s.B, s.T, H_, Hkv_, hd_, effective_window(), 0.f};
-  ops::attention_backward(sh, qkv_, W3, qkv_ + H_ * hd_, qkv_ + (H_ + Hkv_) * hd_, W3, o_, lse_, d_o, dqkv,
-                          dqkv + H_ * hd_, dqkv + (H_ + Hkv_) * hd_, s.doc_start);
+  ops::attention_backward(attention_args(qkv_, s.B, s.T, s.doc_start), o_, lse_, d_o,
+                          {dqkv, dqkv + H_ * hd_, dqkv + (H_ + Hkv_) * hd_});
   if (rope_) {
     ops::rope_backward(rope_tab_, dqkv, s.B, s.T, H_, W3);
     ops::rope_backward(rope_tab_, dqkv + H_ * hd_, s.B, s.T, Hkv_, W3);
@@ -292,6 +290,14 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
   c.pos++;
 }
 
+ops::AttentionArgs AttentionMixer::attention_args(const float* qkv, i64 B, i64 T, const int32_t* doc_start) const {
+  ops::AttentionArgs a;
+  a.B = B, a.T = T, a.H = H_, a.Hkv = Hkv_, a.hd = hd_, a.window = effective_window();
+  a.q = qkv, a.k = qkv + H_ * hd_, a.v = qkv + (H_ + Hkv_) * hd_, a.q_stride = a.kv_stride = qkv_width();
+  a.doc_start = doc_start;
+  return a;
+}
+
 void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, Arena& arena) {
   auto& c = static_cast<KvCache&>(state);
   if (record_) {  // the probes' recorder works per step
@@ -310,7 +316,7 @@ void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState&
   float* lse = arena.floats(B * H_ * T, "attention prefill lse");
   const float* kc = qkv + H_ * hd_;  // the chunk's keys and values (row stride W3)
   const float* vc = qkv + (H_ + Hkv_) * hd_;
-  ops::AttentionShape sh{B, T, H_, Hkv_, hd_, w, 0.f};
+  ops::AttentionArgs a = attention_args(qkv, B, T, nullptr);
   if (w <= 0) {
     // Full: the cache holds positions 0..pos-1 in order; append the chunk and attend over the cache rows.
     for (i64 b = 0; b < B; ++b)
@@ -318,11 +324,13 @@ void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState&
         std::memcpy(&c.k[(b * cap + pos + t) * KW], kc + (b * T + t) * W3, sizeof(float) * KW);
         std::memcpy(&c.v[(b * cap + pos + t) * KW], vc + (b * T + t) * W3, sizeof(float) * KW);
       }
-    sh.B = 1;
-    sh.Tk = pos + T;
-    for (i64 b = 0; b < B; ++b)  // rows of the cache are `cap` apart, the kernel wants them Tk apart
-      ops::attention_forward(sh, qkv + b * T * W3, W3, &c.k[b * cap * KW], &c.v[b * cap * KW], KW,
-                             o + b * T * H_ * hd_, lse + b * H_ * T);
+    a.B = 1;
+    a.Tk = pos + T;
+    a.kv_stride = KW;
+    for (i64 b = 0; b < B; ++b) {  // rows of the cache are `cap` apart, the kernel wants them Tk apart
+      a.q = qkv + b * T * W3, a.k = &c.k[b * cap * KW], a.v = &c.v[b * cap * KW];
+      ops::attention_forward(a, o + b * T * H_ * hd_, lse + b * H_ * T);
+    }
   } else {
     // Window: the last min(pos, W-1) cached entries in position order, then the chunk's. Staged before the
     // ring is overwritten by the chunk.
@@ -345,8 +353,9 @@ void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState&
         std::memcpy(&c.v[(b * cap + slot) * KW], vc + (b * T + t) * W3, sizeof(float) * KW);
       }
     }
-    sh.Tk = Tk;
-    ops::attention_forward(sh, qkv, W3, ks, vs, KW, o, lse);
+    a.Tk = Tk;
+    a.k = ks, a.v = vs, a.kv_stride = KW;
+    ops::attention_forward(a, o, lse);
   }
   ops::linear_forward(o, P(off_wo_), y, N, H_ * hd_, D_);
   c.pos = pos + T;

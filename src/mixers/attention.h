@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "mixers/mixer.h"
+#include "ops/attention.h"
 #include "ops/rope.h"
 
 namespace hlm {
@@ -55,6 +56,8 @@ class AttentionMixer final : public Mixer {
   // Saved by forward for backward (arena pointers).
   float *qkv_ = nullptr, *qkv_pre_norm_ = nullptr, *qk_rstd_ = nullptr, *o_ = nullptr, *lse_ = nullptr;
   i64 qkv_width() const { return (H_ + 2 * Hkv_) * hd_; }
+  // Kernel arguments for q | k | v in the fused rows of qkv [B, T, qkv_width()].
+  ops::AttentionArgs attention_args(const float* qkv, i64 B, i64 T, const int32_t* doc_start) const;
   AttentionRecord* record_ = nullptr;
 };
 

@@ -91,10 +91,10 @@ i64 GatedDeltaNetMixer::chunk_state_budget(i64 B, i64 T) const {
   return B * H_ * ((T + chunk_ - 1) / chunk_) * K_ * K_;
 }
 
-ops::CausalConv1dArgs GatedDeltaNetMixer::conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
+ops::CausalConv1dArgs<float> GatedDeltaNetMixer::conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
                                                     const float* conv_init) const {
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = T, c.C = 3 * HK(), c.W = kConv, c.u_row = Wp(), c.silu = true;
+  ops::CausalConv1dArgs<float> c;
+  c.B = B, c.T = T, c.C = 3 * HK(), c.W = kConv, c.u_stride = Wp(), c.silu = true;
   c.u = proj, c.w = P(off_conv_), c.initial_state = conv_init, c.doc_start = doc_start;
   return c;
 }
@@ -231,7 +231,7 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
   }
 
   // First 3HK columns of dproj.
-  ops::causal_conv1d_backward(conv_args(proj_, B, T, ds_, nullptr), dqkv, dproj, G(off_conv_), nullptr, nullptr);
+  ops::causal_conv1d_backward(conv_args(proj_, B, T, ds_, nullptr), dqkv, {.du = dproj, .dw = G(off_conv_)});
 
   ops::linear_backward(x, P(off_w_), dproj, dx, G(off_w_), N, D_, W);
   arena.release_to(mark);

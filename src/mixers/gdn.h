@@ -44,7 +44,7 @@ class GatedDeltaNetMixer final : public Mixer {
   // Kernel arguments on this layer's buffers: the three depthwise convs (one over 3HK channels) reading the
   // q|k|v columns of the fused projection rows proj [B*T, Wp]; the gated delta rule on rows qkv [B*T, 3HK]
   // with gates g, beta [B*T, H]. Initial states nullptr = zeros.
-  ops::CausalConv1dArgs conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
+  ops::CausalConv1dArgs<float> conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
                                   const float* conv_init) const;
   ops::GatedDeltaArgs<float> delta_args(const float* qkv, const float* g, const float* beta, i64 B, i64 T,
                                         const int32_t* doc_start, const float* S_init) const;

@@ -65,12 +65,12 @@ LightningMixer::LightningMixer(const MixerSpec& spec, ParamRegistry& reg) {
   off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK()}, Init::Normal, spec.out_proj_init_std)).offset;
 }
 
-ops::ScalarDecayArgs LightningMixer::scan_args(const float* act, const float* g, i64 B, i64 T,
+ops::ScalarDecayArgs<float> LightningMixer::scan_args(const float* act, const float* g, i64 B, i64 T,
                                                const int32_t* doc_start, const float* init) const {
   const i64 HK = this->HK();
-  ops::ScalarDecayArgs a;
+  ops::ScalarDecayArgs<float> a;
   a.B = B, a.T = T, a.H = H_, a.Hk = H_, a.K = hd_, a.V = hd_, a.chunk = chunk_, a.scale = 1.f;
-  a.q_row = a.k_row = a.v_row = 4 * HK;
+  a.q_stride = a.k_stride = a.v_stride = 4 * HK;
   a.q = act, a.k = act + HK, a.v = act + 2 * HK, a.g = g;
   a.initial_state = init;
   a.doc_start = doc_start;
@@ -114,8 +114,8 @@ void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* 
   for (i64 n = 0; n < N; ++n)
     for (i64 h = 0; h < H_; ++h) g_[n * H_ + h] = static_cast<float>(-slopes_[h]);
   ds_ = doc_start;
-  const ops::ScalarDecayArgs a = scan_args(act_, g_, B, T, doc_start, init);
-  states_ = arena.floats(ops::scalar_decay_chunk_states_size(a), "lightning chunk states");
+  const ops::ScalarDecayArgs<float> a = scan_args(act_, g_, B, T, doc_start, init);
+  states_ = arena.floats(ops::scalar_decay_chunk_states_numel(a), "lightning chunk states");
   o_ = arena.floats(N * HK, "lightning core out");  // [N, H, hd]
   ops::scalar_decay_chunked_forward(a, o_, fin, states_);
   rstd_ = arena.floats(N, "lightning norm rstd");
@@ -180,10 +180,11 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
   }, 16);
   float* d_o = nrm;  // the normalised o is no longer needed
   ops::rmsnorm_backward(o_, P(off_norm_), rstd_, du, d_o, G(off_norm_), N, HK);
-  const ops::ScalarDecayArgs a = scan_args(act_, g_, B, T, ds_, nullptr);
-  float* ws = arena.floats(ops::scalar_decay_backward_workspace_size(a), "lightning d: scan workspace");
+  const ops::ScalarDecayArgs<float> a = scan_args(act_, g_, B, T, ds_, nullptr);
+  float* ws = arena.floats(ops::scalar_decay_backward_workspace_numel(a), "lightning d: scan workspace");
   // dq | dk | dv land in the q|k|v slots of dpre (same strides as act); dg is unused (constant decay).
-  ops::scalar_decay_chunked_backward(a, states_, d_o, nullptr, dpre, dpre + HK, dpre + 2 * HK, dg, nullptr, ws);
+  ops::scalar_decay_chunked_backward(a, states_, d_o, nullptr,
+                                     {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = dg}, ws);
   // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
   parallel_for(N, [&](i64 b, i64 e) {
     for (i64 n = b; n < e; ++n) {

@@ -38,7 +38,7 @@ class LightningMixer final : public Mixer {
            Arena& arena);
 
   // The scalar-decay scan's arguments on rows act [B*T, 4*H*hd] (q|k|v|gate) with log decays g [B*T, H].
-  ops::ScalarDecayArgs scan_args(const float* act, const float* g, i64 B, i64 T, const int32_t* doc_start,
+  ops::ScalarDecayArgs<float> scan_args(const float* act, const float* g, i64 B, i64 T, const int32_t* doc_start,
                                  const float* init) const;
 
   i64 D_, H_, hd_, chunk_;

@@ -58,19 +58,19 @@ std::vector<float> Mamba2Mixer::decay_rates() const {
   return A;
 }
 
-ops::CausalConv1dArgs Mamba2Mixer::conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
+ops::CausalConv1dArgs<float> Mamba2Mixer::conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
                                              const float* conv_init) const {
-  ops::CausalConv1dArgs c;
-  c.B = B, c.T = T, c.C = Cc(), c.W = kConv, c.u_row = Win(), c.silu = true;
+  ops::CausalConv1dArgs<float> c;
+  c.B = B, c.T = T, c.C = Cc(), c.W = kConv, c.u_stride = Win(), c.silu = true;
   c.u = pre + di_, c.w = P(off_convw_), c.bias = P(off_convb_), c.initial_state = conv_init, c.doc_start = doc_start;
   return c;
 }
 
-ops::ScalarDecayArgs Mamba2Mixer::scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
+ops::ScalarDecayArgs<float> Mamba2Mixer::scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
                                             const int32_t* doc_start, const float* ssm_init) const {
-  ops::ScalarDecayArgs a;
+  ops::ScalarDecayArgs<float> a;
   a.B = B, a.T = T, a.H = nh_, a.Hk = 1, a.K = N_, a.V = P_, a.chunk = chunk_, a.scale = 1.f;
-  a.q_row = a.k_row = Cc();
+  a.q_stride = a.k_stride = Cc();
   a.q = xbc + di_ + N_, a.k = xbc + di_, a.v = v, a.g = g;
   a.initial_state = ssm_init;
   a.doc_start = doc_start;
@@ -121,8 +121,8 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
   v_ = arena.floats(N * di, "mamba2 dt x");  // [N, nh, P]
   ops::mamba2_dt_forward(pre_ + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), xbc_, C, dt_, g_, v_, N, nh,
                          Pd);
-  const ops::ScalarDecayArgs a = scan_args(xbc_, v_, g_, B, T, doc_start, ssm_init);
-  states_ = arena.floats(ops::scalar_decay_chunk_states_size(a), "mamba2 chunk states");
+  const ops::ScalarDecayArgs<float> a = scan_args(xbc_, v_, g_, B, T, doc_start, ssm_init);
+  states_ = arena.floats(ops::scalar_decay_chunk_states_numel(a), "mamba2 chunk states");
   ys_ = arena.floats(N * di, "mamba2 ssm out");  // [N, nh, P]
   ops::scalar_decay_chunked_forward(a, ys_, ssm_fin, states_);
   rstd_ = arena.floats(N, "mamba2 norm rstd");
@@ -159,10 +159,11 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   float* dv = arena.floats(N * di, "mamba2 d: dt x");
   float* dg = arena.floats(N * nh, "mamba2 d: log decay");
   float* part = arena.floats(3 * N * nh, "mamba2 d: per-token partials");  // [3, N, nh]: D, A, dt_bias
-  const ops::ScalarDecayArgs a = scan_args(xbc_, v_, g_, B, T, ds_, nullptr);
-  float* ws = arena.floats(ops::scalar_decay_backward_workspace_size(a), "mamba2 d: scan workspace");
+  const ops::ScalarDecayArgs<float> a = scan_args(xbc_, v_, g_, B, T, ds_, nullptr);
+  float* ws = arena.floats(ops::scalar_decay_backward_workspace_numel(a), "mamba2 d: scan workspace");
   // dC and dB land in their xBC slots (q/k strides = Cc).
-  ops::scalar_decay_chunked_backward(a, states_, dys, nullptr, dxbc + di + N_, dxbc + di, dv, dg, nullptr, ws);
+  ops::scalar_decay_chunked_backward(a, states_, dys, nullptr,
+                                     {.dq = dxbc + di + N_, .dk = dxbc + di, .dv = dv, .dg = dg}, ws);
   const float* alog = P(off_alog_);
   // dx (the x slots of dxBC), the raw dt column's gradient and the per-token terms of dD, dA, d dt_bias.
   ops::mamba2_dt_backward(xbc_, C, dv, dys, dt_, P(off_D_), decay_rates().data(), dg, dxbc, C,
@@ -180,8 +181,8 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
     G(off_alog_)[h] += static_cast<float>(sA * A);  // dA/dA_log = A
     G(off_dtb_)[h] += static_cast<float>(sB);
   }
-  ops::causal_conv1d_backward(conv_args(pre_, B, T, ds_, nullptr), dxbc, dpre + di, G(off_convw_), G(off_convb_),
-                              nullptr);
+  ops::causal_conv1d_backward(conv_args(pre_, B, T, ds_, nullptr), dxbc,
+                              {.du = dpre + di, .dw = G(off_convw_), .dbias = G(off_convb_)});
   ops::linear_backward(x, P(off_in_), dpre, dx, G(off_in_), N, D_, Wi);
   arena.release_to(mark);
 }

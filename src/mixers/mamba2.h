@@ -48,9 +48,9 @@ class Mamba2Mixer final : public Mixer {
   std::vector<float> decay_rates() const;  // A = -exp(A_log) per head
   // Kernel arguments on this layer's buffers: the conv over the xBC columns of the in_proj rows pre [B*T, Win];
   // the SSM scan with q = C, k = B from rows xbc [B*T, Cc], v = dt x [B*T, di] and g = dt A [B*T, nh].
-  ops::CausalConv1dArgs conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
+  ops::CausalConv1dArgs<float> conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
                                   const float* conv_init) const;
-  ops::ScalarDecayArgs scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
+  ops::ScalarDecayArgs<float> scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
                                  const int32_t* doc_start, const float* ssm_init) const;
 
   // Saved by forward for backward (arena pointers).

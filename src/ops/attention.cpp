@@ -199,9 +199,11 @@ void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) 
 }  // namespace
 
 // ---- forward ------------------------------------------------------------------------------------------
-void attention_forward_impl(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
-                       i64 kv_stride, float* o, float* lse, const int32_t* doc_start) {
-  const Geom g = check_and_geom("attention_forward", s, q_stride, kv_stride);
+void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
+  const Geo g = resolve(a, "attention_forward");
+  const float *q = a.q, *k = a.k, *v = a.v;
+  const i64 q_stride = g.q_stride, kv_stride = g.kv_stride;
+  const int32_t* doc_start = a.doc_start;
   HLM_CHECK(q && k && v && o && lse, "attention_forward: null pointer (B={} T={} H={} hd={})", g.B, g.T, g.H, g.hd);
   const i64 B = g.B, T = g.T, H = g.H, Hkv = g.Hkv, hd = g.hd, nt = g.nt, Tk = g.Tk, off = g.off, ntk = g.ntk;
   const int32_t* lo = first_keys("attention_forward", g, doc_start);
@@ -339,7 +341,7 @@ namespace {
 // over the query heads of the group); for the current query tile its Q, dO, D, lse and dQ; for the current
 // tile pair P and dS. The buffers are the worker's scratch slots 0-9.
 struct BackwardWork {
-  const Geom& g;
+  const Geo& g;
   const float *q, *k, *v, *o, *lse, *dout;
   float *dq, *dk, *dv;
   i64 q_stride, kv_stride, o_stride;  // o, dout: [B, T, H, hd]
@@ -361,7 +363,7 @@ struct BackwardWork {
   const int32_t* lo_row = nullptr;
   float *dkacc = nullptr, *dvacc = nullptr;
 
-  BackwardWork(const Geom& g_, i64 nseg_, const float* q_, i64 q_stride_, const float* k_, const float* v_,
+  BackwardWork(const Geo& g_, i64 nseg_, const float* q_, i64 q_stride_, const float* k_, const float* v_,
                i64 kv_stride_, const float* o_, const float* lse_, const float* dout_, float* dq_, float* dk_,
                float* dv_, const int32_t* lo_)
       : g(g_), q(q_), k(k_), v(v_), o(o_), lse(lse_), dout(dout_), dq(dq_), dk(dk_), dv(dv_), q_stride(q_stride_),
@@ -536,7 +538,7 @@ struct BackwardWork {
 };
 
 // nseg > 1: dK and dV as the sum of the segments' partials [nseg, B, Hkv, T, hd], in segment order.
-void sum_segment_partials(const Geom& g, i64 nseg, const float* dk_part, const float* dv_part, float* dk, float* dv,
+void sum_segment_partials(const Geo& g, i64 nseg, const float* dk_part, const float* dv_part, float* dk, float* dv,
                           i64 kv_stride) {
   const i64 T = g.T, hd = g.hd, Hkv = g.Hkv, part_n = g.B * Hkv * T * hd;
 #pragma omp parallel for schedule(static) if (g.par)
@@ -559,10 +561,13 @@ void sum_segment_partials(const Geom& g, i64 nseg, const float* dk_part, const f
 
 }  // namespace
 
-void attention_backward_impl(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
-                        i64 kv_stride, const float* o, const float* lse, const float* dout, float* dq, float* dk,
-                        float* dv, const int32_t* doc_start) {
-  const Geom g = check_and_geom("attention_backward", s, q_stride, kv_stride);
+void attention_backward_impl(const AttentionArgs& a, const float* o, const float* lse, const float* dout,
+                             const AttentionGrads& gr) {
+  const Geo g = resolve(a, "attention_backward");
+  const float *q = a.q, *k = a.k, *v = a.v;
+  float *dq = gr.dq, *dk = gr.dk, *dv = gr.dv;
+  const i64 q_stride = g.q_stride, kv_stride = g.kv_stride;
+  const int32_t* doc_start = a.doc_start;
   HLM_CHECK(g.off == 0, "attention_backward: needs Tk == T (got T={} Tk={}; the key offset is forward only)", g.T,
             g.Tk);
   HLM_CHECK(q && k && v && o && lse && dout && dq && dk && dv,
@@ -604,17 +609,15 @@ namespace hlm::ops {
 HWY_EXPORT(attention_forward_impl);
 HWY_EXPORT(attention_backward_impl);
 
-void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
-                       i64 kv_stride, float* o, float* lse, const int32_t* doc_start) {
+void attention_forward(const AttentionArgs& a, float* o, float* lse) {
   init_simd();
-  HWY_DYNAMIC_DISPATCH(attention_forward_impl)(s, q, q_stride, k, v, kv_stride, o, lse, doc_start);
+  HWY_DYNAMIC_DISPATCH(attention_forward_impl)(a, o, lse);
 }
 
-void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, const float* k, const float* v,
-                        i64 kv_stride, const float* o, const float* lse, const float* dout, float* dq, float* dk,
-                        float* dv, const int32_t* doc_start) {
+void attention_backward(const AttentionArgs& a, const float* o, const float* lse, const float* d_o,
+                        const AttentionGrads& gr) {
   init_simd();
-  HWY_DYNAMIC_DISPATCH(attention_backward_impl)(s, q, q_stride, k, v, kv_stride, o, lse, dout, dq, dk, dv, doc_start);
+  HWY_DYNAMIC_DISPATCH(attention_backward_impl)(a, o, lse, d_o, gr);
 }
 
 }  // namespace hlm::ops

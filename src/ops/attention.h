@@ -10,7 +10,8 @@
 
 namespace hlm::ops {
 
-struct AttentionShape {
+// Float only: the engine runs it in float and its test oracle is a plain double loop (tests/test_attention.cpp).
+struct AttentionArgs {
   i64 B = 1, T = 1, H = 1, Hkv = 1, hd = 64;
   i64 window = 0;     // 0 = full causal
   float scale = 0;    // 0 = 1/sqrt(hd)
@@ -18,20 +19,27 @@ struct AttentionShape {
   // query t sits at key index t + Tk - T (prefill of a chunk after Tk - T cached keys). The window counts
   // in key indices: query t sees keys max(0, t + Tk - T - W + 1) .. t + Tk - T.
   i64 Tk = 0;
+  // Inputs with row strides in elements (ops/kernel_args.h; 0 = dense):
+  const float* q = nullptr;  // token (b,t) head h at q + (b*T+t)*q_stride + h*hd
+  i64 q_stride = 0;          // >= H*hd; 0 = H*hd
+  const float* k = nullptr;  // key (b,j) head g at k + (b*Tk+j)*kv_stride + g*hd
+  const float* v = nullptr;  // likewise; k and v share one layout (they are packed tile by tile together)
+  i64 kv_stride = 0;         // >= Hkv*hd; 0 = Hkv*hd
+  const int32_t* doc_start = nullptr;  // [B*T] or nullptr; needs Tk == T
 };
 
-// q: token (b,t) head h at q + (b*T+t)*q_stride + h*hd      (q_stride >= H*hd)
-// k, v: key (b,j) head g at k + (b*Tk+j)*kv_stride + g*hd   (kv_stride >= Hkv*hd; Tk = T unless set)
-// o: [B, T, H, hd] contiguous (overwritten); lse: [B, H, T] log-sum-exp of scaled scores (saved).
-// doc_start needs Tk == T.
-void attention_forward(const AttentionShape& s, const float* q, i64 q_stride, const float* k,
-                       const float* v, i64 kv_stride, float* o, float* lse,
-                       const int32_t* doc_start = nullptr);
+// Gradients, overwritten, with the layouts and strides of q, k, v.
+struct AttentionGrads {
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+};
 
-// dq, dk, dv use the same layouts/strides as q, k, v and are overwritten. Needs Tk == T.
-void attention_backward(const AttentionShape& s, const float* q, i64 q_stride, const float* k,
-                        const float* v, i64 kv_stride, const float* o, const float* lse,
-                        const float* dout, float* dq, float* dk, float* dv,
-                        const int32_t* doc_start = nullptr);
+// o: [B, T, H, hd] contiguous (overwritten); lse: [B, H, T] log-sum-exp of scaled scores (saved).
+void attention_forward(const AttentionArgs& a, float* o, float* lse);
+
+// o, lse: as written by the forward; d_o: [B, T, H, hd]. Needs Tk == T.
+void attention_backward(const AttentionArgs& a, const float* o, const float* lse, const float* d_o,
+                        const AttentionGrads& gr);
 
 }  // namespace hlm::ops

@@ -6,13 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
 
 #include "core/error.h"
 #include "ops/attention.h"
+#include "ops/doc_start.h"
+#include "ops/kernel_args.h"
+#include "ops/thread_scratch.h"
 
 namespace hlm::ops::attn {
 
@@ -24,27 +25,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ---- scratch -------------------------------------------------------------------------------------
-// Reused per thread (OpenMP keeps its pool), so steady-state calls allocate and page-fault nothing.
-// Slots 0..9: per-worker buffers; 13..15: whole-call buffers owned by the calling thread (which is
-// also worker 0 of the parallel regions, hence separate slots).
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-struct Scratch {
-  std::unique_ptr<float, FreeDeleter> p;
-  size_t n = 0;
-};
-inline float* scratch(int slot, size_t n) {
-  thread_local Scratch s[16];
-  Scratch& b = s[slot];
-  if (b.n < n) {
-    size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-    b.p.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-    HLM_CHECK(b.p != nullptr, "attention: out of memory for {} floats of scratch", n);
-    b.n = n;
-  }
-  return b.p.get();
-}
+// Per-thread buffers (ops/thread_scratch.h). Slots 0..9: per-worker buffers; 13..15: whole-call buffers owned by
+// the calling thread (which is also worker 0 of the parallel regions, hence separate slots).
+inline float* scratch(int slot, size_t n) { return thread_scratch<float>(slot, static_cast<i64>(n)); }
 
 // ---- work split -------------------------------------------------------------------------------------
 // Query tiles are dealt to nseg segments in zig-zag order (0 1 .. n-1 n-1 .. 1 0 0 1 ..), so with causal
@@ -61,15 +44,16 @@ inline i64 next_tile(i64 it, i64 seg, i64 nseg, i64 nt) {
 }
 
 // ---- shapes and masks -------------------------------------------------------------------------------
-struct Geom {
+struct Geo {
   // W: effective window (Tk for full causal); nt: query tiles per row. Keys: Tk per row in ntk tiles, and
   // query t sits at key index t + off (off = Tk - T, 0 in training).
   i64 B, T, H, Hkv, hd, hpg, W, nt, Tk, off, ntk;
+  i64 q_stride, kv_stride;  // resolved (0 in the arguments = dense)
   float scale;
   bool par;  // worth a parallel region (tiny calls lose more to thread wake-ups than they gain)
 };
 
-inline Geom check_and_geom(const char* op, const AttentionShape& s, i64 q_stride, i64 kv_stride) {
+inline Geo resolve(const AttentionArgs& s, const char* op) {
   HLM_CHECK(s.B >= 1 && s.T >= 1 && s.H >= 1 && s.Hkv >= 1 && s.hd >= 1, "{}: bad shape B={} T={} H={} Hkv={} hd={}",
             op, s.B, s.T, s.H, s.Hkv, s.hd);
   HLM_CHECK(s.H % s.Hkv == 0, "{}: H={} is not a multiple of Hkv={} (B={} T={} hd={})", op, s.H, s.Hkv, s.B, s.T, s.hd);
@@ -77,10 +61,12 @@ inline Geom check_and_geom(const char* op, const AttentionShape& s, i64 q_stride
   HLM_CHECK(std::isfinite(s.scale) && s.scale >= 0, "{}: bad scale {} (hd={})", op, s.scale, s.hd);
   HLM_CHECK(s.Tk == 0 || s.Tk >= s.T, "{}: Tk={} keys for T={} queries (need Tk >= T or Tk = 0; B={} H={} hd={})", op,
             s.Tk, s.T, s.B, s.H, s.hd);
-  HLM_CHECK(q_stride >= s.H * s.hd, "{}: q_stride {} < H*hd = {}*{} (B={} T={})", op, q_stride, s.H, s.hd, s.B, s.T);
-  HLM_CHECK(kv_stride >= s.Hkv * s.hd, "{}: kv_stride {} < Hkv*hd = {}*{} (B={} T={})", op, kv_stride, s.Hkv, s.hd, s.B,
-            s.T);
-  Geom g;
+  Geo g;
+  g.q_stride = stride_or(s.q_stride, s.H * s.hd);
+  g.kv_stride = stride_or(s.kv_stride, s.Hkv * s.hd);
+  auto shape = [&] { return fmt::format("B={} T={} H={} Hkv={} hd={}", s.B, s.T, s.H, s.Hkv, s.hd); };
+  check_row_layout(op, "q", g.q_stride, s.hd, s.H, s.hd, shape);
+  check_row_layout(op, "kv", g.kv_stride, s.hd, s.Hkv, s.hd, shape);
   g.B = s.B, g.T = s.T, g.H = s.H, g.Hkv = s.Hkv, g.hd = s.hd, g.hpg = s.H / s.Hkv;
   g.Tk = s.Tk > 0 ? s.Tk : s.T;
   g.off = g.Tk - s.T;
@@ -95,21 +81,15 @@ inline Geom check_and_geom(const char* op, const AttentionShape& s, i64 q_stride
 
 // lo[b*T + t] = first key index query t sees: max(doc start, t + off - W + 1). Documents must be contiguous
 // runs (each doc_start is either the previous one or t itself), which makes lo non-decreasing in t.
-inline const int32_t* first_keys(const char* op, const Geom& g, const int32_t* doc_start) {
+inline const int32_t* first_keys(const char* op, const Geo& g, const int32_t* doc_start) {
   HLM_CHECK(g.Tk < (i64{1} << 30), "{}: T={} Tk={} too long", op, g.T, g.Tk);
   HLM_CHECK(!doc_start || g.off == 0, "{}: doc_start needs Tk == T (got T={} Tk={})", op, g.T, g.Tk);
+  check_doc_start(op, doc_start, g.B, g.T);
   auto* lo = reinterpret_cast<int32_t*>(scratch(15, static_cast<size_t>(g.B * g.T)));
   for (i64 b = 0; b < g.B; ++b)
     for (i64 t = 0; t < g.T; ++t) {
       i64 l = std::max<i64>(0, t + g.off - g.W + 1);
-      if (doc_start) {
-        const i64 d = doc_start[b * g.T + t];
-        const i64 prev = t > 0 ? doc_start[b * g.T + t - 1] : 0;
-        HLM_CHECK(d == t || (t > 0 && d == prev),
-                  "{}: doc_start[{}*T+{}] = {} is neither {} (same document) nor {} (new document); B={} T={}", op, b,
-                  t, d, prev, t, g.B, g.T);
-        l = std::max(l, d);
-      }
+      if (doc_start) l = std::max<i64>(l, doc_start[b * g.T + t]);
       lo[b * g.T + t] = static_cast<int32_t>(l);
     }
   return lo;

@@ -11,33 +11,36 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/simd_target.h"
+#include "ops/doc_start.h"
+#include "ops/kernel_grain.h"
+#include "ops/thread_scratch.h"
 
 // ---- shared by every target (this file is included once per target by foreach_target) ----------------------
 #ifndef HLM_OPS_CAUSAL_CONV1D_SHARED_
 #define HLM_OPS_CAUSAL_CONV1D_SHARED_
 namespace hlm::ops::conv1d {
 
-// Tasks per thread so that each thread gets at least ~32K multiply-adds: tiny problems (decode steps, tests)
-// stay on one thread instead of paying for a parallel region.
-inline i64 min_tasks(i64 work_per_task) { return std::max<i64>(1, (i64{1} << 15) / std::max<i64>(1, work_per_task)); }
-
 constexpr i64 kMaxW = 16;    // widths the kernels accept (the window is held in registers)
 constexpr i64 kTile = 32;    // tokens per span; dw / dbias are summed in Real over one span, then in double
 constexpr i64 kBlock = 256;  // channels per backward task (vector groups taking turns over a tile)
+// Per-thread scratch slots (ops/thread_scratch.h): the calling thread's (weights, zeros, partials) apart from a
+// worker's (windows), since the calling thread is also worker 0; distinct across element types (Real may be
+// double).
+enum ScratchSlot : int { kSlotWindows = 1, kSlotWeights = 10, kSlotZeros, kSlotPartials };
 
 template <typename Real>
-std::string shape_str(const CausalConv1dArgsT<Real>& a) {
-  return fmt::format("B={} T={} C={} W={} u_row={}", a.B, a.T, a.C, a.W, a.u_row);
+std::string shape_str(const CausalConv1dArgs<Real>& a) {
+  return fmt::format("B={} T={} C={} W={} u_stride={}", a.B, a.T, a.C, a.W, a.u_stride);
 }
 
 template <typename Real>
-struct ConvGeo {
+struct Geo {
   i64 B, T, C, W, ur;
   bool silu;
   const Real *u, *w, *bias, *init;
   const int32_t* ds;
-  std::vector<Real> wt;    // [W, C]: w transposed so that the inner loops run over contiguous channels
-  std::vector<Real> zero;  // [C] zeros: read for taps outside the document (and for no bias)
+  std::span<Real> wt;    // [W, C]: w transposed so that the inner loops run over contiguous channels
+  std::span<Real> zero;  // [C] zeros: read for taps outside the document (and for no bias)
 
   i64 lo(i64 b, i64 t) const { return ds ? ds[b * T + t] : 0; }
   // Row holding input position s (may be negative) as seen by output token t; nullptr = zero.
@@ -57,33 +60,26 @@ struct ConvGeo {
 };
 
 template <typename Real>
-ConvGeo<Real> resolve(const CausalConv1dArgsT<Real>& a, const char* op) {
+Geo<Real> resolve(const CausalConv1dArgs<Real>& a, const char* op) {
   HLM_CHECK(a.B >= 1 && a.T >= 1 && a.C >= 1 && a.W >= 1, "{}: sizes must be positive ({})", op, shape_str(a));
-  const i64 ur = a.u_row ? a.u_row : a.C;
-  HLM_CHECK(ur >= a.C, "{}: u_row must be >= C ({})", op, shape_str(a));
+  const i64 ur = stride_or(a.u_stride, a.C);
+  check_row_layout(op, "u", ur, a.C, 1, a.C, [&] { return shape_str(a); });
   HLM_CHECK(a.u && a.w, "{}: u and w are required ({})", op, shape_str(a));
   HLM_CHECK(a.W <= kMaxW, "{}: width W must be <= {} ({})", op, kMaxW, shape_str(a));
-  if (a.doc_start) {
-    for (i64 b = 0; b < a.B; ++b)
-      for (i64 t = 0; t < a.T; ++t) {
-        const i64 d = a.doc_start[b * a.T + t];
-        const bool valid = t == 0 ? d == 0 : (d == t || d == a.doc_start[b * a.T + t - 1]);
-        HLM_CHECK(valid, "{}: doc_start[{}] = {} is not a document start for token {} of row {} ({})", op, b * a.T + t,
-                  d, t, b, shape_str(a));
-      }
-  }
-  ConvGeo<Real> G{a.B, a.T, a.C, a.W, ur, a.silu, a.u, a.w, a.bias, a.initial_state, a.doc_start, {}, {}};
-  G.wt.resize(a.W * a.C);
+  check_doc_start(op, a.doc_start, a.B, a.T);
+  Geo<Real> G{a.B, a.T, a.C, a.W, ur, a.silu, a.u, a.w, a.bias, a.initial_state, a.doc_start, {}, {}};
+  G.wt = thread_scratch_span<Real>(kSlotWeights, a.W * a.C);
   for (i64 c = 0; c < a.C; ++c)
     for (i64 j = 0; j < a.W; ++j) G.wt[j * a.C + c] = a.w[c * a.W + j];
-  G.zero.assign(a.C, Real(0));
+  G.zero = thread_scratch_span<Real>(kSlotZeros, a.C);
+  std::fill(G.zero.begin(), G.zero.end(), Real(0));
   return G;
 }
 
 // fn(std::integral_constant<int, KW>, std::bool_constant<SILU>): the common width 4 as a constant (the tap
 // loops unroll), any other width as KW = 0.
 template <typename Real, typename Fn>
-void with_width(const ConvGeo<Real>& G, Fn&& fn) {
+void with_width(const Geo<Real>& G, Fn&& fn) {
   if (G.W == 4) {
     if (G.silu)
       fn(std::integral_constant<int, 4>{}, std::true_type{});
@@ -146,7 +142,7 @@ HWY_INLINE hn::Vec<D> sigmoid(D d, hn::Vec<D> x) {
 // One output row (all C channels) from its W tap rows p[j] (tap j = input t-W+1+j): y = bias + sum_j w[:, j] p[j],
 // then SiLU. The forward and the decode step share it, so a step gives bitwise the forward's output.
 template <int KW, bool SILU, class D>
-HWY_INLINE void conv_row(D d, const ConvGeo<hn::TFromD<D>>& G, const hn::TFromD<D>* const* p,
+HWY_INLINE void conv_row(D d, const Geo<hn::TFromD<D>>& G, const hn::TFromD<D>* const* p,
                          hn::TFromD<D>* HWY_RESTRICT y) {
   using V = hn::Vec<D>;
   const i64 W = KW > 0 ? KW : G.W, C = G.C;
@@ -163,7 +159,7 @@ HWY_INLINE void conv_row(D d, const ConvGeo<hn::TFromD<D>>& G, const hn::TFromD<
 // Forward of tokens [lo, hi) of the flattened [B*T], all channels: one pass over the contiguous channels of
 // each token (rows stream through the cache in order).
 template <typename Real>
-void forward(const ConvGeo<Real>& G, Real* y) {
+void forward(const Geo<Real>& G, Real* y) {
   parallel_for(
       G.B * G.T,
       [&](i64 lo, i64 hi) {
@@ -181,7 +177,7 @@ void forward(const ConvGeo<Real>& G, Real* y) {
 
 // One decode token per row: taps = the W-1 state rows, then the input; the state then shifts by one.
 template <typename Real>
-void step(const ConvGeo<Real>& G, Real* state, Real* y) {
+void step(const Geo<Real>& G, Real* state, Real* y) {
   const hn::ScalableTag<Real> d;
   const i64 C = G.C, W = G.W;
   with_width(G, [&](auto kw, auto silu) {
@@ -207,14 +203,16 @@ void step(const ConvGeo<Real>& G, Real* state, Real* y) {
 template <typename Real>
 struct Windows {
   i64 L = 0;
-  std::vector<Real> buf;  // [ng, 2, kMaxW, L]
-  std::vector<i64> l;     // [ng]
+  std::span<Real> buf;  // [ng, 2, kMaxW, L]
+  std::span<i64> l;     // [ng]
   Real* x(i64 g) { return buf.data() + g * 2 * kMaxW * L; }
   Real* pend(i64 g) { return x(g) + kMaxW * L; }
   // Channels [c0, ...) of row b in groups of L lanes: the window starts as the conv state (slot W-1-k) or zeros.
-  void reset(const ConvGeo<Real>& G, i64 b, i64 c0, i64 ng, i64 nc) {
-    buf.assign(static_cast<size_t>(ng * 2 * kMaxW * L), Real(0));
-    l.assign(static_cast<size_t>(ng), 0);
+  void reset(const Geo<Real>& G, i64 b, i64 c0, i64 ng, i64 nc) {
+    buf = thread_scratch_span<Real>(kSlotWindows, ng * 2 * kMaxW * L);
+    l = thread_scratch_span<i64>(kSlotWindows, ng);
+    std::fill(buf.begin(), buf.end(), Real(0));
+    std::fill(l.begin(), l.end(), i64{0});
     if (!G.init) return;
     for (i64 g = 0; g < ng; ++g)
       for (i64 k = 1; k < G.W; ++k) {
@@ -227,7 +225,7 @@ struct Windows {
 // Stores the du of position s (a channel group of row b) as seen from a token whose document starts at l:
 // positions before l belong to another document (dropped), negative ones are conv-state slots.
 template <class D>
-HWY_INLINE void put_du(D d, const ConvGeo<hn::TFromD<D>>& G, hn::TFromD<D>* du, hn::TFromD<D>* dinit, i64 b, i64 c0,
+HWY_INLINE void put_du(D d, const Geo<hn::TFromD<D>>& G, hn::TFromD<D>* du, hn::TFromD<D>* dinit, i64 b, i64 c0,
                        size_t nl, i64 s, i64 l, hn::Vec<D> v) {
   if (s >= l)
     store_part(d, v, du + (b * G.T + s) * G.ur + c0, nl);
@@ -244,7 +242,7 @@ HWY_INLINE void put_du(D d, const ConvGeo<hn::TFromD<D>>& G, hn::TFromD<D>* du, 
 //   conv-state slots. At a document start the window is cleared (inputs before the start are zero).
 // KW > 0: the width as a constant (the tap loops unroll and the span keeps everything in registers).
 template <int KW, bool SILU, class D>
-void backward_span(D d, const ConvGeo<hn::TFromD<D>>& G, const hn::TFromD<D>* dy, hn::TFromD<D>* du,
+void backward_span(D d, const Geo<hn::TFromD<D>>& G, const hn::TFromD<D>* dy, hn::TFromD<D>* du,
                    hn::TFromD<D>* dinit, i64 b, i64 c0, size_t nl, i64 t0, i64 t1, hn::TFromD<D>* xs,
                    hn::TFromD<D>* ps, i64& l, double* pr) {
   using V = hn::Vec<D>;
@@ -294,7 +292,7 @@ void backward_span(D d, const ConvGeo<hn::TFromD<D>>& G, const hn::TFromD<D>* dy
 // groups take turns over tiles of kTile tokens (the next tile prefetched), so each cache line of u, dy and du
 // is fetched once. dw / dbias: Real sums over a tile, then added to the row's double partials part [B, W+1, C].
 template <typename Real>
-void backward(const ConvGeo<Real>& G, const Real* dy, Real* du, Real* dinit, double* part) {
+void backward(const Geo<Real>& G, const Real* dy, Real* du, Real* dinit, double* part) {
   const hn::ScalableTag<Real> d;
   const i64 C = G.C, W = G.W, T = G.T, L = static_cast<i64>(hn::Lanes(d)), nblk = (C + kBlock - 1) / kBlock;
   parallel_for(
@@ -328,14 +326,14 @@ void backward(const ConvGeo<Real>& G, const Real* dy, Real* du, Real* dinit, dou
 }  // namespace
 
 // Entry points per element type (HWY_EXPORT takes plain functions).
-void conv_forward_f32(const ConvGeo<float>& G, float* y) { forward(G, y); }
-void conv_forward_f64(const ConvGeo<double>& G, double* y) { forward(G, y); }
-void conv_step_f32(const ConvGeo<float>& G, float* state, float* y) { step(G, state, y); }
-void conv_step_f64(const ConvGeo<double>& G, double* state, double* y) { step(G, state, y); }
-void conv_backward_f32(const ConvGeo<float>& G, const float* dy, float* du, float* dinit, double* part) {
+void conv_forward_f32(const Geo<float>& G, float* y) { forward(G, y); }
+void conv_forward_f64(const Geo<double>& G, double* y) { forward(G, y); }
+void conv_step_f32(const Geo<float>& G, float* state, float* y) { step(G, state, y); }
+void conv_step_f64(const Geo<double>& G, double* state, double* y) { step(G, state, y); }
+void conv_backward_f32(const Geo<float>& G, const float* dy, float* du, float* dinit, double* part) {
   backward(G, dy, du, dinit, part);
 }
-void conv_backward_f64(const ConvGeo<double>& G, const double* dy, double* du, double* dinit, double* part) {
+void conv_backward_f64(const Geo<double>& G, const double* dy, double* du, double* dinit, double* part) {
   backward(G, dy, du, dinit, part);
 }
 
@@ -356,20 +354,20 @@ HWY_EXPORT(conv_backward_f64);
 using namespace conv1d;
 namespace {
 
-void run_forward(const ConvGeo<float>& G, float* y) { HWY_DYNAMIC_DISPATCH(conv_forward_f32)(G, y); }
-void run_forward(const ConvGeo<double>& G, double* y) { HWY_DYNAMIC_DISPATCH(conv_forward_f64)(G, y); }
-void run_step(const ConvGeo<float>& G, float* st, float* y) { HWY_DYNAMIC_DISPATCH(conv_step_f32)(G, st, y); }
-void run_step(const ConvGeo<double>& G, double* st, double* y) { HWY_DYNAMIC_DISPATCH(conv_step_f64)(G, st, y); }
-void run_backward(const ConvGeo<float>& G, const float* dy, float* du, float* dinit, double* part) {
+void run_forward(const Geo<float>& G, float* y) { HWY_DYNAMIC_DISPATCH(conv_forward_f32)(G, y); }
+void run_forward(const Geo<double>& G, double* y) { HWY_DYNAMIC_DISPATCH(conv_forward_f64)(G, y); }
+void run_step(const Geo<float>& G, float* st, float* y) { HWY_DYNAMIC_DISPATCH(conv_step_f32)(G, st, y); }
+void run_step(const Geo<double>& G, double* st, double* y) { HWY_DYNAMIC_DISPATCH(conv_step_f64)(G, st, y); }
+void run_backward(const Geo<float>& G, const float* dy, float* du, float* dinit, double* part) {
   HWY_DYNAMIC_DISPATCH(conv_backward_f32)(G, dy, du, dinit, part);
 }
-void run_backward(const ConvGeo<double>& G, const double* dy, double* du, double* dinit, double* part) {
+void run_backward(const Geo<double>& G, const double* dy, double* du, double* dinit, double* part) {
   HWY_DYNAMIC_DISPATCH(conv_backward_f64)(G, dy, du, dinit, part);
 }
 }  // namespace
 
 template <typename Real>
-void causal_conv1d_forward(const CausalConv1dArgsT<Real>& a, CcOut<Real> y, CcOut<Real> final_state) {
+void causal_conv1d_forward(const CausalConv1dArgs<Real>& a, OutBuf<Real> y, OutBuf<Real> final_state) {
   const auto G = resolve(a, "causal_conv1d_forward");
   HLM_CHECK(y != nullptr, "causal_conv1d_forward: y is required ({})", shape_str(a));
   init_simd();
@@ -392,13 +390,14 @@ void causal_conv1d_forward(const CausalConv1dArgsT<Real>& a, CcOut<Real> y, CcOu
 
 // dw / dbias: per-row double partials [B, W+1, C] summed in row order: deterministic for any thread count.
 template <typename Real>
-void causal_conv1d_backward(const CausalConv1dArgsT<Real>& a, CcIn<Real> dy, CcOut<Real> du, CcOut<Real> dw,
-                            CcOut<Real> dbias, CcOut<Real> d_initial_state) {
+void causal_conv1d_backward(const CausalConv1dArgs<Real>& a, InBuf<Real> dy, const CausalConv1dGrads<Real>& gr) {
   const auto G = resolve(a, "causal_conv1d_backward");
+  Real *du = gr.du, *dw = gr.dw, *dbias = gr.dbias, *d_initial_state = gr.d_initial_state;
   HLM_CHECK(dy && du, "causal_conv1d_backward: dy and du are required ({})", shape_str(a));
   const i64 C = G.C, W = G.W;
   if (d_initial_state) std::fill(d_initial_state, d_initial_state + G.B * (W - 1) * C, Real(0));
-  std::vector<double> part(static_cast<size_t>(G.B * (W + 1) * C), 0.0);  // [B, W+1, C]: dw taps, then dbias
+  std::span<double> part = thread_scratch_span<double>(kSlotPartials, G.B * (W + 1) * C);  // dw taps, then dbias
+  std::fill(part.begin(), part.end(), 0.0);
   init_simd();
   run_backward(G, dy, du, d_initial_state, part.data());
   for (i64 j = 0; j <= W; ++j) {
@@ -413,7 +412,7 @@ void causal_conv1d_backward(const CausalConv1dArgsT<Real>& a, CcIn<Real> dy, CcO
 }
 
 template <typename Real>
-void causal_conv1d_step(const CausalConv1dArgsT<Real>& a, CcOut<Real> state, CcOut<Real> y) {
+void causal_conv1d_step(const CausalConv1dArgs<Real>& a, OutBuf<Real> state, OutBuf<Real> y) {
   const auto G = resolve(a, "causal_conv1d_step");
   HLM_CHECK(a.T == 1 && !a.initial_state && !a.doc_start && y && (state || a.W == 1),
             "causal_conv1d_step: needs T == 1, state and y, and no initial_state / doc_start ({})", shape_str(a));
@@ -422,9 +421,9 @@ void causal_conv1d_step(const CausalConv1dArgsT<Real>& a, CcOut<Real> state, CcO
 }
 
 #define HLM_INSTANTIATE(Real)                                                                                    \
-  template void causal_conv1d_forward(const CausalConv1dArgsT<Real>&, Real*, Real*);                             \
-  template void causal_conv1d_backward(const CausalConv1dArgsT<Real>&, const Real*, Real*, Real*, Real*, Real*); \
-  template void causal_conv1d_step(const CausalConv1dArgsT<Real>&, Real*, Real*);
+  template void causal_conv1d_forward(const CausalConv1dArgs<Real>&, Real*, Real*);                             \
+  template void causal_conv1d_backward(const CausalConv1dArgs<Real>&, const Real*, const CausalConv1dGrads<Real>&); \
+  template void causal_conv1d_step(const CausalConv1dArgs<Real>&, Real*, Real*);
 HLM_INSTANTIATE(float)
 HLM_INSTANTIATE(double)
 #undef HLM_INSTANTIATE

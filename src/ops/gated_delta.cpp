@@ -10,7 +10,9 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/matmul.h"
+#include "ops/doc_start.h"
+#include "ops/kernel_blas.h"
+#include "ops/thread_scratch.h"
 #include "ops/scan_simd.h"
 
 namespace hlm::ops {
@@ -19,94 +21,40 @@ namespace {
 // ------------------------------------------------------------------------------------------------
 // Small helpers
 
-// C = alpha op(A) op(B) + beta C, row-major with row strides. float goes to oneDNN's sgemm (single-threaded
-// inside our (b, h) parallel region); double (the test oracle) uses plain loops.
-template <typename F>
-void mm(bool ta, bool tb, i64 M, i64 N, i64 Kd, F alpha, const F* A, i64 lda, const F* B, i64 ldb, F beta, F* C,
-        i64 ldc);
-
-template <>
-void mm<float>(bool ta, bool tb, i64 M, i64 N, i64 Kd, float alpha, const float* A, i64 lda, const float* B, i64 ldb,
-               float beta, float* C, i64 ldc) {
-  matmul(ta, tb, M, N, Kd, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-template <>
-void mm<double>(bool ta, bool tb, i64 M, i64 N, i64 Kd, double alpha, const double* A, i64 lda, const double* B,
-                i64 ldb, double beta, double* C, i64 ldc) {
-  for (i64 i = 0; i < M; ++i) {
-    double* c = C + i * ldc;
-    for (i64 j = 0; j < N; ++j) c[j] = beta == 0 ? 0.0 : beta * c[j];
-    for (i64 p = 0; p < Kd; ++p) {
-      const double x = alpha * (ta ? A[p * lda + i] : A[i * lda + p]);
-      if (tb)
-        for (i64 j = 0; j < N; ++j) c[j] += x * B[j * ldb + p];
-      else
-        for (i64 j = 0; j < N; ++j) c[j] += x * B[p * ldb + j];
-    }
-  }
-}
-
-// Per-thread scratch, grown on demand and kept for the life of the thread: fresh pages are very costly on
-// these machines, and OpenMP keeps its worker threads.
-template <typename F>
-F* scratch(i64 n) {
-  thread_local std::vector<F> buf;
-  if (static_cast<i64>(buf.size()) < n) buf.resize(n);
-  return buf.data();
-}
-
-// Vectorised (fixed lane order, so still deterministic); a strict left-to-right float sum would not vectorise.
-template <typename F>
-F dot(const F* a, const F* b, i64 n) {
-  F s = 0;
-#pragma omp simd reduction(+ : s)
-  for (i64 i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // Shapes with strides resolved, checked once per call.
-struct Dims {
+struct Geo {
   i64 B, T, H, K, V, C, qs, ks, vs;
   const int32_t* ds;
-  bool reset(i64 b, i64 t) const { return ds && t > 0 && ds[b * T + t] == t; }
+  bool reset(i64 b, i64 t) const { return starts_document(ds, T, b, t); }
 };
 
 template <typename F>
-Dims check_args(const GatedDeltaArgs<F>& a, const char* op, bool need_inputs = true) {
-  Dims d{a.B,
-         a.T,
-         a.H,
-         a.K,
-         a.V,
-         a.chunk,
-         a.q_stride ? a.q_stride : a.H * a.K,
-         a.k_stride ? a.k_stride : a.H * a.K,
-         a.v_stride ? a.v_stride : a.H * a.V,
-         a.doc_start};
-  HLM_CHECK(d.B >= 1 && d.T >= 1 && d.H >= 1 && d.K >= 1 && d.V >= 1 && d.C >= 1,
-            "{}: bad shape B={} T={} H={} K={} V={} chunk={}", op, d.B, d.T, d.H, d.K, d.V, d.C);
-  HLM_CHECK(d.qs >= d.H * d.K && d.ks >= d.H * d.K && d.vs >= d.H * d.V,
-            "{}: row strides q={} k={} v={} too small for H={} K={} V={}", op, d.qs, d.ks, d.vs, d.H, d.K, d.V);
+Geo resolve(const GatedDeltaArgs<F>& a, const char* op, bool need_inputs = true) {
+  Geo d{a.B,
+        a.T,
+        a.H,
+        a.K,
+        a.V,
+        a.chunk,
+        stride_or(a.q_stride, a.H * a.K),
+        stride_or(a.k_stride, a.H * a.K),
+        stride_or(a.v_stride, a.H * a.V),
+        a.doc_start};
+  auto shape = [&] { return fmt::format("B={} T={} H={} K={} V={} chunk={}", d.B, d.T, d.H, d.K, d.V, d.C); };
+  HLM_CHECK(d.B >= 1 && d.T >= 1 && d.H >= 1 && d.K >= 1 && d.V >= 1 && d.C >= 1, "{}: bad shape {}", op, shape());
+  check_row_layout(op, "q", d.qs, d.K, d.H, d.K, shape);
+  check_row_layout(op, "k", d.ks, d.K, d.H, d.K, shape);
+  check_row_layout(op, "v", d.vs, d.V, d.H, d.V, shape);
   if (need_inputs)
-    HLM_CHECK(a.q && a.k && a.v && a.g && a.beta, "{}: q, k, v, g and beta are required (B={} T={} H={})", op, d.B, d.T,
-              d.H);
-  if (d.ds) {
-    for (i64 b = 0; b < d.B; ++b)
-      for (i64 t = 0; t < d.T; ++t) {
-        const i64 s = d.ds[b * d.T + t];
-        HLM_CHECK(t == 0 ? s == 0 : (s == t || s == d.ds[b * d.T + t - 1]),
-                  "{}: doc_start[{}] = {} is not a document start for row {} token {} (B={} T={})", op, b * d.T + t, s,
-                  b, t, d.B, d.T);
-      }
-  }
+    HLM_CHECK(a.q && a.k && a.v && a.g && a.beta, "{}: q, k, v, g and beta are required ({})", op, shape());
+  check_doc_start(op, d.ds, d.B, d.T);
   return d;
 }
 
 // Segments of row b: chunks of C tokens cut from each document's own start (the last one of a document may
 // be shorter), so a segment never straddles a document boundary. fn(t0, L).
 template <typename Fn>
-void for_segments(const Dims& d, i64 b, Fn&& fn) {
+void for_segments(const Geo& d, i64 b, Fn&& fn) {
   i64 t0 = 0;
   while (t0 < d.T) {
     const i64 lim = std::min(d.C, d.T - t0);
@@ -120,7 +68,7 @@ void for_segments(const Dims& d, i64 b, Fn&& fn) {
   }
 }
 
-i64 max_segments(const Dims& d) {
+i64 max_segments(const Geo& d) {
   i64 mx = 0;
   for (i64 b = 0; b < (d.ds ? d.B : 1); ++b) {
     i64 n = 0;
@@ -295,8 +243,8 @@ struct ChunkWork {
         for (i64 j = pb; j <= i; ++j) Gi[j] = std::exp(F(gam[i] - gam[j]));
       }
     }
-    mm<F>(false, true, L, L, K, 1, s.k, s.ks, s.k, s.ks, 0, A, C);
-    if (need_qk) mm<F>(false, true, L, L, K, 1, s.q, s.qs, s.k, s.ks, 0, QK, C);
+    gemm(false, true, L, L, K, 1, s.k, s.ks, s.k, s.ks, 0, A, C);
+    if (need_qk) gemm(false, true, L, L, K, 1, s.q, s.qs, s.k, s.ks, 0, QK, C);
     // Forward substitution, row by row: T_i = e_i - sum_{m<i} M_im T_m with M_im = beta_i A_im Gamma_im
     // (rows are padded to a multiple of 16 with zeros).
     unit_lower_inverse(A, Gam, bt, Tm, L, C);
@@ -309,9 +257,9 @@ struct ChunkWork {
       for (i64 p = 0; p < K; ++p) Xi[p] = cx * ki[p];
       for (i64 p = 0; p < V; ++p) Yi[p] = bt[i] * vi[p];
     }
-    mm<F>(false, false, L, K, L, 1, Tm, C, X, K, 0, W, K);
-    mm<F>(false, false, L, V, L, 1, Tm, C, Y, V, 0, Vn, V);
-    if (S) mm<F>(false, false, L, V, K, -1, W, K, S, V, 1, Vn, V);
+    gemm(false, false, L, K, L, 1, Tm, C, X, K, 0, W, K);
+    gemm(false, false, L, V, L, 1, Tm, C, Y, V, 0, Vn, V);
+    if (S) gemm(false, false, L, V, K, -1, W, K, S, V, 1, Vn, V);
   }
 
   // Kf = diag(e^{gamma_L - gamma}) K
@@ -326,14 +274,14 @@ struct ChunkWork {
   // S <- e^{gamma_L} S + Kf^T V' (after prepare). zero: S is known to be zero (its contents are ignored).
   void update_state(const Seg<F>& s, F* S, bool zero) {
     make_kf(s);
-    mm<F>(true, false, K, V, s.L, 1, Kf, K, Vn, V, zero ? F(0) : eL, S, V);
+    gemm(true, false, K, V, s.L, 1, Kf, K, Vn, V, zero ? F(0) : eL, S, V);
   }
 
   // O = diag(e^gamma) Q S + (QK o Gamma) V' (after prepare with need_qk); O rows have stride ldo.
   void output(const Seg<F>& s, const F* S, F* O, i64 ldo) {
     const i64 L = s.L;
     if (S) {
-      mm<F>(false, false, L, V, K, 1, s.q, s.qs, S, V, 0, O, ldo);
+      gemm(false, false, L, V, K, 1, s.q, s.qs, S, V, 0, O, ldo);
       for (i64 i = 0; i < L; ++i)
         for (i64 j = 0; j < V; ++j) O[i * ldo + j] *= e[i];
     } else {
@@ -345,7 +293,7 @@ struct ChunkWork {
       for (i64 j = 0; j <= i; ++j) Pi[j] *= Gi[j];
       for (i64 j = i + 1; j < L; ++j) Pi[j] = 0;
     }
-    mm<F>(false, false, L, V, L, 1, QK, C, Vn, V, 1, O, ldo);
+    gemm(false, false, L, V, L, 1, QK, C, Vn, V, 1, O, ldo);
   }
 
   // Backward of one segment (docs/gated_delta.md §3.3), after prepare(s, S, true). dS holds dL/dS_out on entry and
@@ -362,10 +310,10 @@ struct ChunkWork {
       for (i64 j = 0; j <= i; ++j) Pi[j] = Qi[j] * Gi[j];
       for (i64 j = i + 1; j < L; ++j) Pi[j] = 0;
     }
-    mm<F>(true, false, L, V, L, 1, tmp, C, dO, ldo, 0, dVn, V);
+    gemm(true, false, L, V, L, 1, tmp, C, dO, ldo, 0, dVn, V);
     make_kf(s);
-    mm<F>(false, false, L, V, K, 1, Kf, K, dS, V, 1, dVn, V);
-    mm<F>(false, true, L, L, V, 1, dO, ldo, Vn, V, 0, dP, C);
+    gemm(false, false, L, V, K, 1, Kf, K, dS, V, 1, dVn, V);
+    gemm(false, true, L, L, V, 1, dO, ldo, Vn, V, 0, dP, C);
     // Z_ij = dGamma_ij Gamma_ij (strictly lower; the diagonal cancels in d gamma), collected for step 8.
     for (i64 i = 0; i < L; ++i) {
       F* dPi = dP + i * C;
@@ -384,7 +332,7 @@ struct ChunkWork {
     // de_i = dO_i . (Q S)_i = Q_i . (dO S^T)_i, so the dO S^T of dQ serves both.
     F deL = 0;
     if (S) {
-      mm<F>(false, true, L, K, V, 1, dO, ldo, S, V, 0, dq, ldq);
+      gemm(false, true, L, K, V, 1, dO, ldo, S, V, 0, dq, ldq);
       for (i64 i = 0; i < L; ++i) {
         F* dqi = dq + i * ldq;
         de[i] = dot(s.q + i * s.qs, dqi, K);
@@ -395,9 +343,9 @@ struct ChunkWork {
       std::fill(de, de + L, F(0));
       for (i64 i = 0; i < L; ++i) std::fill(dq + i * ldq, dq + i * ldq + K, F(0));
     }
-    mm<F>(false, false, L, K, L, 1, dP, C, s.k, s.ks, 1, dq, ldq);
-    mm<F>(true, false, L, K, L, 1, dP, C, s.q, s.qs, 0, dk, ldk);
-    mm<F>(false, true, L, K, V, 1, Vn, V, dS, V, 0, Vd, K);
+    gemm(false, false, L, K, L, 1, dP, C, s.k, s.ks, 1, dq, ldq);
+    gemm(true, false, L, K, L, 1, dP, C, s.q, s.qs, 0, dk, ldk);
+    gemm(false, true, L, K, V, 1, Vn, V, dS, V, 0, Vd, K);
     for (i64 i = 0; i < L; ++i) {
       const F* Vdi = Vd + i * K;
       df[i] = dot(s.k + i * s.ks, Vdi, K);
@@ -411,20 +359,20 @@ struct ChunkWork {
         F* o = Kf + i * K;
         for (i64 p = 0; p < K; ++p) o[p] = e[i] * qi[p];
       }
-      mm<F>(true, false, K, V, L, 1, Kf, K, dO, ldo, eL, dS, V);
-      mm<F>(true, false, K, V, L, -1, W, K, dVn, V, 1, dS, V);
+      gemm(true, false, K, V, L, 1, Kf, K, dO, ldo, eL, dS, V);
+      gemm(true, false, K, V, L, -1, W, K, dVn, V, 1, dS, V);
     }
     // 4. dW = -dV' S^T;  dT = dV' Y^T + dW X^T;  dX = T^T dW;  dY = T^T dV'.
-    mm<F>(false, true, L, L, V, 1, dVn, V, Y, V, 0, dT, C);
+    gemm(false, true, L, L, V, 1, dVn, V, Y, V, 0, dT, C);
     if (S) {
-      mm<F>(false, true, L, K, V, -1, dVn, V, S, V, 0, dW, K);
-      mm<F>(false, true, L, L, K, 1, dW, K, X, K, 1, dT, C);
-      mm<F>(true, false, L, K, L, 1, Tm, C, dW, K, 0, dX, K);
+      gemm(false, true, L, K, V, -1, dVn, V, S, V, 0, dW, K);
+      gemm(false, true, L, L, K, 1, dW, K, X, K, 1, dT, C);
+      gemm(true, false, L, K, L, 1, Tm, C, dW, K, 0, dX, K);
     }
-    mm<F>(true, false, L, V, L, 1, Tm, C, dVn, V, 0, dY, V);
+    gemm(true, false, L, V, L, 1, Tm, C, dVn, V, 0, dY, V);
     // 5. dM = -T^T dT T^T (only its strict lower triangle is used).
-    mm<F>(false, true, L, L, L, 1, dT, C, Tm, C, 0, tmp, C);
-    mm<F>(true, false, L, L, L, -1, Tm, C, tmp, C, 0, dT, C);
+    gemm(false, true, L, L, L, 1, dT, C, Tm, C, 0, tmp, C);
+    gemm(true, false, L, L, L, -1, Tm, C, tmp, C, 0, dT, C);
     // 6. dA0 = dM o Gamma with A0 = diag(beta) K K^T: dK += (B + B^T) K with B = diag(beta) dA0;
     //    dbeta_i += sum_j dA0_ij A_ij;  Z += dA0 o A0.
     std::fill(dbt, dbt + L, F(0));
@@ -446,7 +394,7 @@ struct ChunkWork {
     }
     for (i64 i = 0; i < L; ++i)
       for (i64 j = i + 1; j < L; ++j) tmp[i * C + j] = tmp[j * C + i];
-    mm<F>(false, false, L, K, L, 1, tmp, C, s.k, s.ks, 1, dk, ldk);
+    gemm(false, false, L, K, L, 1, tmp, C, s.k, s.ks, 1, dk, ldk);
     // 7. X = diag(beta e) K and Y = diag(beta) V.
     for (i64 i = 0; i < L; ++i) {
       const F* ki = s.k + i * s.ks;
@@ -491,7 +439,7 @@ struct ChunkWork {
 };
 
 template <typename F>
-Seg<F> make_seg(const GatedDeltaArgs<F>& a, const Dims& d, i64 b, i64 h, i64 t0, i64 L) {
+Seg<F> make_seg(const GatedDeltaArgs<F>& a, const Geo& d, i64 b, i64 h, i64 t0, i64 L) {
   const i64 row = b * d.T + t0;
   return Seg<F>{a.q + row * d.qs + h * d.K,
                 a.k + row * d.ks + h * d.K,
@@ -511,13 +459,13 @@ Seg<F> make_seg(const GatedDeltaArgs<F>& a, const Dims& d, i64 b, i64 h, i64 t0,
 // Recurrent entry points
 
 template <typename F>
-void gated_delta_recurrent_forward(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* o,
-                                   std::type_identity_t<F>* final_state) {
-  const Dims d = check_args(a, "gated_delta_recurrent_forward");
+void gated_delta_recurrent_forward(const GatedDeltaArgs<F>& a, OutBuf<F> o,
+                                   OutBuf<F> final_state) {
+  const Geo d = resolve(a, "gated_delta_recurrent_forward");
   HLM_CHECK(o, "gated_delta_recurrent_forward: o is required (B={} T={} H={} V={})", d.B, d.T, d.H, d.V);
   const i64 KV = d.K * d.V;
   parallel_for(d.B * d.H, [&](i64 lo, i64 hi) {
-    F* S = scratch<F>(KV + 2 * d.V);
+    F* S = thread_scratch<F>(0, KV + 2 * d.V);
     F *rk = S + KV, *rq = rk + d.V;
     for (i64 bh = lo; bh < hi; ++bh) {
       const i64 b = bh / d.H, h = bh % d.H;
@@ -537,15 +485,15 @@ void gated_delta_recurrent_forward(const GatedDeltaArgs<F>& a, std::type_identit
 }
 
 template <typename F>
-void gated_delta_recurrent_backward(const GatedDeltaArgs<F>& a, const std::type_identity_t<F>* d_o,
-                                    const std::type_identity_t<F>* d_final_state, const GatedDeltaGrads<F>& gr) {
-  const Dims d = check_args(a, "gated_delta_recurrent_backward");
+void gated_delta_recurrent_backward(const GatedDeltaArgs<F>& a, InBuf<F> d_o,
+                                    InBuf<F> d_final_state, const GatedDeltaGrads<F>& gr) {
+  const Geo d = resolve(a, "gated_delta_recurrent_backward");
   HLM_CHECK(d_o && gr.dq && gr.dk && gr.dv && gr.dg && gr.dbeta,
             "gated_delta_recurrent_backward: d_o, dq, dk, dv, dg, dbeta are required (B={} T={} H={})", d.B, d.T, d.H);
   const i64 KV = d.K * d.V, Cb = d.C, nb = (d.T + Cb - 1) / Cb;
   parallel_for(d.B * d.H, [&](i64 lo, i64 hi) {
     // [nb, K, V] states before each block, [Cb, K, V] states after each token of the current block.
-    F* bst = scratch<F>((nb + Cb + 1) * KV + 2 * d.V);
+    F* bst = thread_scratch<F>(0, (nb + Cb + 1) * KV + 2 * d.V);
     F* blk = bst + nb * KV;
     F* dS = blk + Cb * KV;
     F *r = dS + KV, *dd = r + d.V;
@@ -610,15 +558,15 @@ void gated_delta_recurrent_backward(const GatedDeltaArgs<F>& a, const std::type_
 }
 
 template <typename F>
-void gated_delta_step(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* state, std::type_identity_t<F>* o) {
+void gated_delta_step(const GatedDeltaArgs<F>& a, OutBuf<F> state, OutBuf<F> o) {
   GatedDeltaArgs<F> one = a;
   one.doc_start = nullptr;  // ignored: the caller resets the state at a document start
-  const Dims d = check_args(one, "gated_delta_step");
+  const Geo d = resolve(one, "gated_delta_step");
   HLM_CHECK(d.T == 1 && state && o, "gated_delta_step: needs T == 1, a state and o (B={} T={} H={} K={} V={})", d.B,
             d.T, d.H, d.K, d.V);
   const i64 KV = d.K * d.V;
   parallel_for(d.B * d.H, [&](i64 lo, i64 hi) {
-    F* rk = scratch<F>(2 * d.V);
+    F* rk = thread_scratch<F>(0, 2 * d.V);
     for (i64 bh = lo; bh < hi; ++bh) {
       const i64 b = bh / d.H, h = bh % d.H;
       token_forward(d.K, d.V, state + bh * KV, a.q + b * d.qs + h * d.K, a.k + b * d.ks + h * d.K,
@@ -632,19 +580,19 @@ void gated_delta_step(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* state
 
 template <typename F>
 i64 gated_delta_chunk_states_numel(const GatedDeltaArgs<F>& a) {
-  const Dims d = check_args(a, "gated_delta_chunk_states_numel", false);
+  const Geo d = resolve(a, "gated_delta_chunk_states_numel", false);
   return d.B * d.H * max_segments(d) * d.K * d.V;
 }
 
 template <typename F>
-void gated_delta_chunked_forward(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* o,
-                                 std::type_identity_t<F>* final_state, std::type_identity_t<F>* chunk_states) {
-  const Dims d = check_args(a, "gated_delta_chunked_forward");
+void gated_delta_chunked_forward(const GatedDeltaArgs<F>& a, OutBuf<F> o,
+                                 OutBuf<F> final_state, OutBuf<F> chunk_states) {
+  const Geo d = resolve(a, "gated_delta_chunked_forward");
   HLM_CHECK(o, "gated_delta_chunked_forward: o is required (B={} T={} H={} V={})", d.B, d.T, d.H, d.V);
   const i64 KV = d.K * d.V, nseg = chunk_states ? max_segments(d) : 0;
   parallel_for(d.B * d.H, [&](i64 lo, i64 hi) {
     const i64 wn = ChunkWork<F>::numel(d.C, d.K, d.V);
-    F* base = scratch<F>(wn + KV);
+    F* base = thread_scratch<F>(0, wn + KV);
     ChunkWork<F> w;
     w.carve(base, d.C, d.K, d.V);
     F* S = base + wn;
@@ -680,16 +628,16 @@ void gated_delta_chunked_forward(const GatedDeltaArgs<F>& a, std::type_identity_
 }
 
 template <typename F>
-void gated_delta_chunked_backward(const GatedDeltaArgs<F>& a, const std::type_identity_t<F>* chunk_states,
-                                  const std::type_identity_t<F>* d_o, const std::type_identity_t<F>* d_final_state,
+void gated_delta_chunked_backward(const GatedDeltaArgs<F>& a, InBuf<F> chunk_states,
+                                  InBuf<F> d_o, InBuf<F> d_final_state,
                                   const GatedDeltaGrads<F>& gr) {
-  const Dims d = check_args(a, "gated_delta_chunked_backward");
+  const Geo d = resolve(a, "gated_delta_chunked_backward");
   HLM_CHECK(d_o && gr.dq && gr.dk && gr.dv && gr.dg && gr.dbeta,
             "gated_delta_chunked_backward: d_o, dq, dk, dv, dg, dbeta are required (B={} T={} H={})", d.B, d.T, d.H);
   const i64 KV = d.K * d.V, nseg = max_segments(d);
   parallel_for(d.B * d.H, [&](i64 lo, i64 hi) {
     const i64 wn = ChunkWork<F>::numel(d.C, d.K, d.V);
-    F* base = scratch<F>(wn + KV + (chunk_states ? 0 : nseg * KV));
+    F* base = thread_scratch<F>(0, wn + KV + (chunk_states ? 0 : nseg * KV));
     ChunkWork<F> w;
     w.carve(base, d.C, d.K, d.V);
     F* dS = base + wn;
@@ -748,16 +696,16 @@ void gated_delta_chunked_backward(const GatedDeltaArgs<F>& a, const std::type_id
 }
 
 #define HLM_GATED_DELTA_INSTANTIATE(F)                                                                             \
-  template void gated_delta_recurrent_forward<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,               \
-                                                 std::type_identity_t<F>*);                                        \
-  template void gated_delta_recurrent_backward<F>(const GatedDeltaArgs<F>&, const std::type_identity_t<F>*,        \
-                                                  const std::type_identity_t<F>*, const GatedDeltaGrads<F>&);      \
-  template void gated_delta_step<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*, std::type_identity_t<F>*); \
+  template void gated_delta_recurrent_forward<F>(const GatedDeltaArgs<F>&, OutBuf<F>,               \
+                                                 OutBuf<F>);                                        \
+  template void gated_delta_recurrent_backward<F>(const GatedDeltaArgs<F>&, InBuf<F>,        \
+                                                  InBuf<F>, const GatedDeltaGrads<F>&);      \
+  template void gated_delta_step<F>(const GatedDeltaArgs<F>&, OutBuf<F>, OutBuf<F>); \
   template i64 gated_delta_chunk_states_numel<F>(const GatedDeltaArgs<F>&);                                        \
-  template void gated_delta_chunked_forward<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,                 \
-                                               std::type_identity_t<F>*, std::type_identity_t<F>*);                \
-  template void gated_delta_chunked_backward<F>(const GatedDeltaArgs<F>&, const std::type_identity_t<F>*,          \
-                                                const std::type_identity_t<F>*, const std::type_identity_t<F>*,    \
+  template void gated_delta_chunked_forward<F>(const GatedDeltaArgs<F>&, OutBuf<F>,                 \
+                                               OutBuf<F>, OutBuf<F>);                \
+  template void gated_delta_chunked_backward<F>(const GatedDeltaArgs<F>&, InBuf<F>,          \
+                                                InBuf<F>, InBuf<F>,    \
                                                 const GatedDeltaGrads<F>&);
 HLM_GATED_DELTA_INSTANTIATE(float)
 HLM_GATED_DELTA_INSTANTIATE(double)

@@ -12,94 +12,88 @@
 // t's document; the state is reset to zero at every document start t > 0. initial_state feeds the first
 // document of each row; final_state is the state after the last token of the row.
 // Parallel over (b, h) with static partitioning; results are deterministic for a given thread count.
-// Instantiated for float (engine) and double (test oracles). States stay in F; the in-chunk cumulative
+// Instantiated for float (engine) and double (test oracles). States stay in Real; the in-chunk cumulative
 // log-decay is summed in double (see docs).
-// F is taken from the argument struct only (pointer parameters are non-deduced), so nullptr can be passed.
 #include <cstdint>
-#include <type_traits>
 
 #include "core/tensor.h"
+#include "ops/kernel_args.h"
 
 namespace hlm::ops {
 
 // Shapes and inputs, shared by every entry point.
-template <typename F>
+template <typename Real>
 struct GatedDeltaArgs {
   i64 B = 1, T = 1, H = 1, K = 64, V = 64;
-  i64 chunk = 64;        // chunk length C of the chunked form (also the recompute block of the
-                         // recurrent backward)
-  const F* q = nullptr;  // [B, T, H, K]: token (b,t) head h at q + (b*T+t)*q_stride + h*K
-  i64 q_stride = 0;      // row stride, >= H*K (0 means H*K)
-  const F* k = nullptr;  // [B, T, H, K] with k_stride
+  i64 chunk = 64;                       // chunk length C of the chunked form (also the recompute block of the
+                                        // recurrent backward)
+  const Real* q = nullptr;              // [B, T, H, K]: token (b,t) head h at q + (b*T+t)*q_stride + h*K
+  i64 q_stride = 0;                     // row stride, >= H*K (0 means H*K)
+  const Real* k = nullptr;              // [B, T, H, K] with k_stride
   i64 k_stride = 0;
-  const F* v = nullptr;  // [B, T, H, V] with v_stride
+  const Real* v = nullptr;              // [B, T, H, V] with v_stride
   i64 v_stride = 0;
-  const F* g = nullptr;                // [B, T, H] log-decay, finite and <= 0 (-inf gives NaN)
-  const F* beta = nullptr;             // [B, T, H]
-  const F* initial_state = nullptr;    // [B, H, K, V]; nullptr = zeros
-  const int32_t* doc_start = nullptr;  // [B*T] or nullptr (one document per row)
+  const Real* g = nullptr;              // [B, T, H] log-decay, finite and <= 0 (-inf gives NaN)
+  const Real* beta = nullptr;           // [B, T, H]
+  const Real* initial_state = nullptr;  // [B, H, K, V]; nullptr = zeros
+  const int32_t* doc_start = nullptr;   // [B*T] or nullptr (one document per row)
 };
 
 // Gradients. dq, dk, dv use the strides of q, k, v (padding between rows is left untouched); dg, dbeta are
 // [B, T, H]; d_initial_state [B, H, K, V] (nullptr = not needed). All are overwritten.
-template <typename F>
+template <typename Real>
 struct GatedDeltaGrads {
-  F* dq = nullptr;
-  F* dk = nullptr;
-  F* dv = nullptr;
-  F* dg = nullptr;
-  F* dbeta = nullptr;
-  F* d_initial_state = nullptr;
+  Real* dq = nullptr;
+  Real* dk = nullptr;
+  Real* dv = nullptr;
+  Real* dg = nullptr;
+  Real* dbeta = nullptr;
+  Real* d_initial_state = nullptr;
 };
 
 // o: [B, T, H, V] contiguous (overwritten); final_state [B, H, K, V] (nullptr = not needed).
-template <typename F>
-void gated_delta_recurrent_forward(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* o,
-                                   std::type_identity_t<F>* final_state);
+template <typename Real>
+void gated_delta_recurrent_forward(const GatedDeltaArgs<Real>& a, OutBuf<Real> o, OutBuf<Real> final_state);
 
 // d_o: [B, T, H, V]; d_final_state [B, H, K, V] or nullptr (= zeros). Recomputes the states per block of
 // a.chunk tokens from block-boundary checkpoints.
-template <typename F>
-void gated_delta_recurrent_backward(const GatedDeltaArgs<F>& a, const std::type_identity_t<F>* d_o,
-                                    const std::type_identity_t<F>* d_final_state, const GatedDeltaGrads<F>& gr);
+template <typename Real>
+void gated_delta_recurrent_backward(const GatedDeltaArgs<Real>& a, InBuf<Real> d_o, InBuf<Real> d_final_state,
+                                    const GatedDeltaGrads<Real>& gr);
 
 // One decoding step: a.T must be 1 (q, k, v, g, beta describe the one token of each row); state [B, H, K, V]
 // is read and updated in place (a.initial_state and a.doc_start are ignored; the caller resets the state
 // at a document start). o: [B, H, V].
-template <typename F>
-void gated_delta_step(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* state, std::type_identity_t<F>* o);
+template <typename Real>
+void gated_delta_step(const GatedDeltaArgs<Real>& a, OutBuf<Real> state, OutBuf<Real> o);
 
-// Number of floats of the chunk-boundary state buffer: [B, H, max_segments, K, V]. A segment is a chunk of a
+// Number of elements of the chunk-boundary state buffer: [B, H, max_segments, K, V]. A segment is a chunk of a
 // document: documents are cut into chunks of a.chunk tokens from their own start (the last one shorter), so
 // no chunk straddles a document boundary.
-template <typename F>
-i64 gated_delta_chunk_states_numel(const GatedDeltaArgs<F>& a);
+template <typename Real>
+i64 gated_delta_chunk_states_numel(const GatedDeltaArgs<Real>& a);
 
 // chunk_states (optional, size gated_delta_chunk_states_numel): receives the state entering each segment,
 // so the backward need not recompute them. Unused trailing slots of a row are not written.
-template <typename F>
-void gated_delta_chunked_forward(const GatedDeltaArgs<F>& a, std::type_identity_t<F>* o,
-                                 std::type_identity_t<F>* final_state, std::type_identity_t<F>* chunk_states = nullptr);
+template <typename Real>
+void gated_delta_chunked_forward(const GatedDeltaArgs<Real>& a, OutBuf<Real> o, OutBuf<Real> final_state,
+                                 OutBuf<Real> chunk_states = nullptr);
 
 // chunk_states: as written by the forward, or nullptr (then recomputed by one more scan over chunks).
-template <typename F>
-void gated_delta_chunked_backward(const GatedDeltaArgs<F>& a, const std::type_identity_t<F>* chunk_states,
-                                  const std::type_identity_t<F>* d_o, const std::type_identity_t<F>* d_final_state,
-                                  const GatedDeltaGrads<F>& gr);
+template <typename Real>
+void gated_delta_chunked_backward(const GatedDeltaArgs<Real>& a, InBuf<Real> chunk_states, InBuf<Real> d_o,
+                                  InBuf<Real> d_final_state, const GatedDeltaGrads<Real>& gr);
 
-#define HLM_GATED_DELTA_DECLARE(F)                                                                                     \
-  extern template void gated_delta_recurrent_forward<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,            \
-                                                        std::type_identity_t<F>*);                                     \
-  extern template void gated_delta_recurrent_backward<F>(const GatedDeltaArgs<F>&, const std::type_identity_t<F>*,     \
-                                                         const std::type_identity_t<F>*, const GatedDeltaGrads<F>&);   \
-  extern template void gated_delta_step<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,                         \
-                                           std::type_identity_t<F>*);                                                  \
-  extern template i64 gated_delta_chunk_states_numel<F>(const GatedDeltaArgs<F>&);                                     \
-  extern template void gated_delta_chunked_forward<F>(const GatedDeltaArgs<F>&, std::type_identity_t<F>*,              \
-                                                      std::type_identity_t<F>*, std::type_identity_t<F>*);             \
-  extern template void gated_delta_chunked_backward<F>(const GatedDeltaArgs<F>&, const std::type_identity_t<F>*,       \
-                                                       const std::type_identity_t<F>*, const std::type_identity_t<F>*, \
-                                                       const GatedDeltaGrads<F>&);
+#define HLM_GATED_DELTA_DECLARE(Real)                                                                             \
+  extern template void gated_delta_recurrent_forward<Real>(const GatedDeltaArgs<Real>&, OutBuf<Real>, OutBuf<Real>); \
+  extern template void gated_delta_recurrent_backward<Real>(const GatedDeltaArgs<Real>&, InBuf<Real>, InBuf<Real>,  \
+                                                            const GatedDeltaGrads<Real>&);                        \
+  extern template void gated_delta_step<Real>(const GatedDeltaArgs<Real>&, OutBuf<Real>, OutBuf<Real>);           \
+  extern template i64 gated_delta_chunk_states_numel<Real>(const GatedDeltaArgs<Real>&);                          \
+  extern template void gated_delta_chunked_forward<Real>(const GatedDeltaArgs<Real>&, OutBuf<Real>, OutBuf<Real>, \
+                                                         OutBuf<Real>);                                           \
+  extern template void gated_delta_chunked_backward<Real>(const GatedDeltaArgs<Real>&, InBuf<Real>, InBuf<Real>,  \
+                                                          InBuf<Real>, const GatedDeltaGrads<Real>&);
 HLM_GATED_DELTA_DECLARE(float)
 HLM_GATED_DELTA_DECLARE(double)
 #undef HLM_GATED_DELTA_DECLARE

@@ -4,13 +4,17 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
-#include "ops/matmul.h"
+#include "ops/doc_start.h"
+#include "ops/kernel_blas.h"
+#include "ops/kernel_grain.h"
 #include "ops/scan_simd.h"
+#include "ops/thread_scratch.h"
 
 namespace hlm::ops {
 namespace {
@@ -22,40 +26,9 @@ inline void exp_inplace(double* x, i64 n) {
   for (i64 i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }
 
-// Tasks per thread so that each thread gets at least ~32K multiply-adds: tiny problems (decode steps, tests)
-// stay on one thread instead of paying for a parallel region.
-inline i64 min_tasks(i64 work_per_task) { return std::max<i64>(1, (i64{1} << 15) / std::max<i64>(1, work_per_task)); }
-
-// ---- small dense helpers, one per float type ----------------------------------------------------------
-
-// Row-major C[M,N] = alpha op(A) op(B) + beta C. float: oneDNN sgemm (single-threaded inside our parallel
-// regions); double: plain loops (tests only).
-inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B, i64 ldb,
-                 float beta, float* C, i64 ldc) {
-  matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, double alpha, const double* A, i64 lda, const double* B,
-                 i64 ldb, double beta, double* C, i64 ldc) {
-  for (i64 i = 0; i < M; ++i) {
-    double* c = C + i * ldc;
-    for (i64 j = 0; j < N; ++j) c[j] = beta == 0 ? 0.0 : beta * c[j];
-    for (i64 p = 0; p < K; ++p) {
-      const double av = alpha * (ta ? A[p * lda + i] : A[i * lda + p]);
-      if (tb)
-        for (i64 j = 0; j < N; ++j) c[j] += av * B[j * ldb + p];
-      else
-        for (i64 j = 0; j < N; ++j) c[j] += av * B[p * ldb + j];
-    }
-  }
-}
-
-template <typename Real>
-inline Real dot(const Real* a, const Real* b, i64 n) {
-  Real s = 0;
-#pragma omp simd reduction(+ : s)
-  for (i64 i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+// Per-thread scratch (ops/thread_scratch.h) of this file, one slot per buffer a thread holds at once; the numbers
+// are distinct across element types because Real may be double too.
+enum ScratchSlot : int { kSlotGam = 1, kSlotDgam, kSlotWork, kSlotDecay, kSlotRows, kSlotSeg };
 
 // ---- resolved arguments -------------------------------------------------------------------------------
 
@@ -74,16 +47,16 @@ struct Geo {
   Real gv(i64 b, i64 t, i64 h) const { return g[(b * T + t) * H + h]; }
   i64 orow(i64 b, i64 t, i64 h) const { return ((b * T + t) * H + h) * V; }  // o / dout offset
   // Token t > 0 starts a new document (t = 0 never resets: the initial state feeds the row's first doc).
-  bool reset(i64 b, i64 t) const { return ds != nullptr && t > 0 && ds[b * T + t] == t; }
+  bool reset(i64 b, i64 t) const { return starts_document(ds, T, b, t); }
 };
 
 template <typename Real>
-std::string shape_str(const ScalarDecayArgsT<Real>& a) {
+std::string shape_str(const ScalarDecayArgs<Real>& a) {
   return fmt::format("B={} T={} H={} Hk={} K={} V={} chunk={}", a.B, a.T, a.H, a.Hk, a.K, a.V, a.chunk);
 }
 
 template <typename Real>
-Geo<Real> resolve(const ScalarDecayArgsT<Real>& a, const char* op) {
+Geo<Real> resolve(const ScalarDecayArgs<Real>& a, const char* op) {
   HLM_CHECK(a.B >= 1 && a.T >= 1 && a.H >= 1 && a.Hk >= 1 && a.K >= 1 && a.V >= 1 && a.chunk >= 1,
             "{}: sizes must be positive ({})", op, shape_str(a));
   HLM_CHECK(a.H % a.Hk == 0, "{}: H must be a multiple of Hk ({})", op, shape_str(a));
@@ -92,27 +65,19 @@ Geo<Real> resolve(const ScalarDecayArgsT<Real>& a, const char* op) {
   G.B = a.B, G.T = a.T, G.H = a.H, G.Hk = a.Hk, G.K = a.K, G.V = a.V, G.C = a.chunk;
   G.NC = (a.T + a.chunk - 1) / a.chunk;
   G.G = a.H / a.Hk;
-  G.qh = a.q_head ? a.q_head : a.K;
-  G.kh = a.k_head ? a.k_head : a.K;
-  G.vh = a.v_head ? a.v_head : a.V;
-  G.qr = a.q_row ? a.q_row : a.Hk * a.K;
-  G.kr = a.k_row ? a.k_row : a.Hk * a.K;
-  G.vr = a.v_row ? a.v_row : a.H * a.V;
-  auto ok = [](i64 row, i64 head, i64 nh, i64 d) { return head >= d && row >= (nh - 1) * head + d; };
-  HLM_CHECK(ok(G.qr, G.qh, a.Hk, a.K) && ok(G.kr, G.kh, a.Hk, a.K) && ok(G.vr, G.vh, a.H, a.V),
-            "{}: strides too small (q_row={} q_head={} k_row={} k_head={} v_row={} v_head={}; {})", op, G.qr, G.qh,
-            G.kr, G.kh, G.vr, G.vh, shape_str(a));
+  G.qh = stride_or(a.q_head_stride, a.K);
+  G.kh = stride_or(a.k_head_stride, a.K);
+  G.vh = stride_or(a.v_head_stride, a.V);
+  G.qr = stride_or(a.q_stride, a.Hk * a.K);
+  G.kr = stride_or(a.k_stride, a.Hk * a.K);
+  G.vr = stride_or(a.v_stride, a.H * a.V);
+  auto shape = [&] { return shape_str(a); };
+  check_row_layout(op, "q", G.qr, G.qh, a.Hk, a.K, shape);
+  check_row_layout(op, "k", G.kr, G.kh, a.Hk, a.K, shape);
+  check_row_layout(op, "v", G.vr, G.vh, a.H, a.V, shape);
   G.scale = a.scale;
   G.q = a.q, G.k = a.k, G.v = a.v, G.g = a.g, G.init = a.initial_state, G.ds = a.doc_start;
-  if (G.ds) {
-    for (i64 b = 0; b < a.B; ++b)
-      for (i64 t = 0; t < a.T; ++t) {
-        const i64 d = G.ds[b * a.T + t];
-        const bool valid = t == 0 ? d == 0 : (d == t || d == G.ds[b * a.T + t - 1]);
-        HLM_CHECK(valid, "{}: doc_start[{}] = {} is not a document start for token {} of row {} ({})", op, b * a.T + t,
-                  d, t, b, shape_str(a));
-      }
-  }
+  check_doc_start(op, a.doc_start, a.B, a.T);
   return G;
 }
 
@@ -127,11 +92,15 @@ template <typename Real>
 struct ChunkDecay {
   i64 t0 = 0, n = 0, first_reset = 0, last_start = 0;
   Real eC = 0;
-  std::vector<double> gam;
-  std::vector<Real> e, f;
-  std::vector<i64> seg;
+  std::span<double> gam;
+  std::span<Real> e, f;
+  std::span<i64> seg;
 
-  explicit ChunkDecay(i64 C) : gam(C), e(C), f(C), seg(C) {}
+  explicit ChunkDecay(i64 C)
+      : gam(thread_scratch_span<double>(kSlotGam, C)),
+        e(thread_scratch_span<Real>(kSlotDecay, 2 * C).first(C)),
+        f(thread_scratch_span<Real>(kSlotDecay, 2 * C).last(C)),
+        seg(thread_scratch_span<i64>(kSlotSeg, C)) {}
 
   void compute(const Geo<Real>& G, i64 b, i64 h, i64 c) {
     t0 = c * G.C;
@@ -204,7 +173,7 @@ void compute_chunk_states(const Geo<Real>& G, const std::vector<Real>& eC, Real*
       BH * NC,
       [&](i64 lo, i64 hi) {
         ChunkDecay<Real> cd(G.C);
-        std::vector<Real> kf(G.C * G.K);
+        std::span<Real> kf = thread_scratch_span<Real>(kSlotRows, G.C * G.K);
         for (i64 task = lo; task < hi; ++task) {
           const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
           Real* dst = c + 1 < NC ? states + (bh * NC + c + 1) * KV : final_state ? final_state + bh * KV : nullptr;
@@ -251,22 +220,23 @@ void compute_chunk_states(const Geo<Real>& G, const std::vector<Real>& eC, Real*
       min_tasks(NC * std::min(KV, kScanBlock)));
 }
 
-// Per-thread scratch of the chunk kernels.
+// Work buffers of the chunk kernels, carved from this thread's scratch.
 template <typename Real>
 struct Scratch {
-  std::vector<Real> A, Gm, dP, dPG, rows, tmp, dQ, dK, colsum;
-  std::vector<double> dgam;
-  Scratch(i64 C, i64 K, i64 V)
-      : A(C * C),
-        Gm(C * C),
-        dP(C * C),
-        dPG(C * C),
-        rows(C * K),
-        tmp(C * std::max(K, V)),
-        dQ(C * K),
-        dK(C * K),
-        colsum(C),
-        dgam(C) {}
+  std::span<Real> A, Gm, dP, dPG, rows, tmp, dQ, dK, colsum;
+  std::span<double> dgam;
+  Scratch(i64 C, i64 K, i64 V) {
+    const i64 CC = C * C, CK = C * K, CM = C * std::max(K, V);
+    std::span<Real> all = thread_scratch_span<Real>(kSlotWork, 4 * CC + 3 * CK + CM + C);
+    auto take = [&](i64 n) {
+      std::span<Real> part = all.first(static_cast<size_t>(n));
+      all = all.subspan(static_cast<size_t>(n));
+      return part;
+    };
+    A = take(CC), Gm = take(CC), dP = take(CC), dPG = take(CC), rows = take(CK), tmp = take(CM), dQ = take(CK),
+    dK = take(CK), colsum = take(C);
+    dgam = thread_scratch_span<double>(kSlotDgam, C);
+  }
 };
 
 // ---- recurrent pieces -----------------------------------------------------------------------------------
@@ -305,33 +275,33 @@ inline void emit(const Geo<Real>& G, i64 b, i64 t, i64 h, const Real* S, Real* o
 }  // namespace
 
 template <typename Real>
-i64 scalar_decay_num_chunks(const ScalarDecayArgsT<Real>& a) {
+i64 scalar_decay_num_chunks(const ScalarDecayArgs<Real>& a) {
   HLM_CHECK(a.T >= 1 && a.chunk >= 1, "scalar_decay_num_chunks: bad T or chunk ({})", shape_str(a));
   return (a.T + a.chunk - 1) / a.chunk;
 }
 
 template <typename Real>
-i64 scalar_decay_chunk_states_size(const ScalarDecayArgsT<Real>& a) {
+i64 scalar_decay_chunk_states_numel(const ScalarDecayArgs<Real>& a) {
   return a.B * a.H * scalar_decay_num_chunks(a) * a.K * a.V;
 }
 
 template <typename Real>
-i64 scalar_decay_backward_workspace_size(const ScalarDecayArgsT<Real>& a) {
+i64 scalar_decay_backward_workspace_numel(const ScalarDecayArgs<Real>& a) {
   // dS per chunk, plus room to recompute the chunk states when the forward did not save them.
-  return 2 * scalar_decay_chunk_states_size(a);
+  return 2 * scalar_decay_chunk_states_numel(a);
 }
 
 // ---- recurrent ------------------------------------------------------------------------------------------
 
 template <typename Real>
-void scalar_decay_recurrent_forward(const ScalarDecayArgsT<Real>& a, SdOut<Real> o, SdOut<Real> final_state) {
+void scalar_decay_recurrent_forward(const ScalarDecayArgs<Real>& a, OutBuf<Real> o, OutBuf<Real> final_state) {
   const auto G = resolve(a, "scalar_decay_recurrent_forward");
   HLM_CHECK(o != nullptr, "scalar_decay_recurrent_forward: o is required ({})", shape_str(a));
   const i64 KV = G.KV();
   parallel_for(
       G.B * G.H,
       [&](i64 lo, i64 hi) {
-        std::vector<Real> S(KV);
+        std::span<Real> S = thread_scratch_span<Real>(kSlotWork, KV);
         for (i64 bh = lo; bh < hi; ++bh) {
           const i64 b = bh / G.H, h = bh % G.H;
           if (G.init)
@@ -349,18 +319,20 @@ void scalar_decay_recurrent_forward(const ScalarDecayArgsT<Real>& a, SdOut<Real>
 }
 
 template <typename Real>
-void scalar_decay_recurrent_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> dout, SdIn<Real> d_final_state,
-                                     SdOut<Real> dq, SdOut<Real> dk, SdOut<Real> dv, SdOut<Real> dg,
-                                     SdOut<Real> d_initial_state) {
+void scalar_decay_recurrent_backward(const ScalarDecayArgs<Real>& a, InBuf<Real> dout, InBuf<Real> d_final_state,
+                                     const ScalarDecayGrads<Real>& gr) {
   const auto G = resolve(a, "scalar_decay_recurrent_backward");
-  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_recurrent_backward: dout, dq, dk, dv, dg are required ({})",
+  Real *dq = gr.dq, *dk = gr.dk, *dv = gr.dv, *dg = gr.dg, *d_initial_state = gr.d_initial_state;
+  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_recurrent_backward: d_o, dq, dk, dv, dg are required ({})",
             shape_str(a));
   const i64 KV = G.KV(), L = 64, nseg = (G.T + L - 1) / L;
   // One task per (b, q/k head): the heads sharing q/k add into dq/dk in a fixed order.
   parallel_for(
       G.B * G.Hk,
       [&](i64 lo, i64 hi) {
-        std::vector<Real> ck(nseg * KV), buf(L * KV), dS(KV), S(KV);
+        std::span<Real> all = thread_scratch_span<Real>(kSlotWork, (nseg + L + 2) * KV);
+        std::span<Real> ck = all.first(nseg * KV), buf = all.subspan(nseg * KV, L * KV),
+                        dS = all.subspan((nseg + L) * KV, KV), S = all.last(KV);
         for (i64 task = lo; task < hi; ++task) {
           const i64 b = task / G.Hk, hk = task % G.Hk;
           for (i64 t = 0; t < G.T; ++t) {
@@ -432,7 +404,7 @@ void scalar_decay_recurrent_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real>
 }
 
 template <typename Real>
-void scalar_decay_step(const ScalarDecayArgsT<Real>& a, SdOut<Real> state, SdOut<Real> o) {
+void scalar_decay_step(const ScalarDecayArgs<Real>& a, OutBuf<Real> state, OutBuf<Real> o) {
   const auto G = resolve(a, "scalar_decay_step");
   HLM_CHECK(a.T == 1 && !a.initial_state && !a.doc_start && state && o,
             "scalar_decay_step: needs T == 1, state and o, and no initial_state / doc_start ({})", shape_str(a));
@@ -452,8 +424,8 @@ void scalar_decay_step(const ScalarDecayArgsT<Real>& a, SdOut<Real> state, SdOut
 // ---- chunked --------------------------------------------------------------------------------------------
 
 template <typename Real>
-void scalar_decay_chunked_forward(const ScalarDecayArgsT<Real>& a, SdOut<Real> o, SdOut<Real> final_state,
-                                  SdOut<Real> chunk_states) {
+void scalar_decay_chunked_forward(const ScalarDecayArgs<Real>& a, OutBuf<Real> o, OutBuf<Real> final_state,
+                                  OutBuf<Real> chunk_states) {
   const auto G = resolve(a, "scalar_decay_chunked_forward");
   HLM_CHECK(o != nullptr, "scalar_decay_chunked_forward: o is required ({})", shape_str(a));
   const i64 KV = G.KV(), NC = G.NC, ldo = G.H * G.V;
@@ -515,7 +487,7 @@ void state_grad_own_terms(const Geo<Real>& G, const Real* dout, Real* dSo, Real*
       BH * NC,
       [&](i64 lo, i64 hi) {
         ChunkDecay<Real> cd(G.C);
-        std::vector<Real> qe(G.C * G.K);
+        std::span<Real> qe = thread_scratch_span<Real>(kSlotRows, G.C * G.K);
         for (i64 task = lo; task < hi; ++task) {
           const i64 bh = task / NC, c = task % NC, b = bh / G.H, h = bh % G.H, hk = h / G.G;
           Real* dst = c > 0 ? dSo + (bh * NC + c - 1) * KV : d_initial_state ? d_initial_state + bh * KV : nullptr;
@@ -742,11 +714,12 @@ struct ChunkGrads {
 }  // namespace
 
 template <typename Real>
-void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> chunk_states, SdIn<Real> dout,
-                                   SdIn<Real> d_final_state, SdOut<Real> dq, SdOut<Real> dk, SdOut<Real> dv,
-                                   SdOut<Real> dg, SdOut<Real> d_initial_state, SdOut<Real> workspace) {
+void scalar_decay_chunked_backward(const ScalarDecayArgs<Real>& a, InBuf<Real> chunk_states, InBuf<Real> dout,
+                                   InBuf<Real> d_final_state, const ScalarDecayGrads<Real>& gr,
+                                   OutBuf<Real> workspace) {
   const auto G = resolve(a, "scalar_decay_chunked_backward");
-  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_chunked_backward: dout, dq, dk, dv, dg are required ({})",
+  Real *dq = gr.dq, *dk = gr.dk, *dv = gr.dv, *dg = gr.dg, *d_initial_state = gr.d_initial_state;
+  HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_chunked_backward: d_o, dq, dk, dv, dg are required ({})",
             shape_str(a));
   const i64 NC = G.NC, nstate = G.B * G.H * NC * G.KV();
   std::vector<Real> own;
@@ -776,17 +749,17 @@ void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>& a, SdIn<Real> c
       min_tasks(G.G * G.C * G.KV() * 16));
 }
 
-#define HLM_INSTANTIATE(Real)                                                                                          \
-  template i64 scalar_decay_num_chunks(const ScalarDecayArgsT<Real>&);                                                 \
-  template i64 scalar_decay_chunk_states_size(const ScalarDecayArgsT<Real>&);                                          \
-  template i64 scalar_decay_backward_workspace_size(const ScalarDecayArgsT<Real>&);                                    \
-  template void scalar_decay_recurrent_forward(const ScalarDecayArgsT<Real>&, Real*, Real*);                           \
-  template void scalar_decay_recurrent_backward(const ScalarDecayArgsT<Real>&, const Real*, const Real*, Real*, Real*, \
-                                                Real*, Real*, Real*);                                                  \
-  template void scalar_decay_step(const ScalarDecayArgsT<Real>&, Real*, Real*);                                        \
-  template void scalar_decay_chunked_forward(const ScalarDecayArgsT<Real>&, Real*, Real*, Real*);                      \
-  template void scalar_decay_chunked_backward(const ScalarDecayArgsT<Real>&, const Real*, const Real*, const Real*,    \
-                                              Real*, Real*, Real*, Real*, Real*, Real*);
+#define HLM_INSTANTIATE(Real)                                                                                       \
+  template i64 scalar_decay_num_chunks(const ScalarDecayArgs<Real>&);                                               \
+  template i64 scalar_decay_chunk_states_numel(const ScalarDecayArgs<Real>&);                                       \
+  template i64 scalar_decay_backward_workspace_numel(const ScalarDecayArgs<Real>&);                                 \
+  template void scalar_decay_recurrent_forward(const ScalarDecayArgs<Real>&, Real*, Real*);                         \
+  template void scalar_decay_recurrent_backward(const ScalarDecayArgs<Real>&, const Real*, const Real*,             \
+                                                const ScalarDecayGrads<Real>&);                                     \
+  template void scalar_decay_step(const ScalarDecayArgs<Real>&, Real*, Real*);                                      \
+  template void scalar_decay_chunked_forward(const ScalarDecayArgs<Real>&, Real*, Real*, Real*);                    \
+  template void scalar_decay_chunked_backward(const ScalarDecayArgs<Real>&, const Real*, const Real*, const Real*,  \
+                                              const ScalarDecayGrads<Real>&, Real*);
 HLM_INSTANTIATE(float)
 HLM_INSTANTIATE(double)
 #undef HLM_INSTANTIATE
