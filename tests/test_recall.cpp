@@ -166,12 +166,15 @@ TEST(Recall, GatedDeltaNetHybridLearnsMqarWithLongMemoryInit) {
 // presets' default init: here the full-attention layer looks up the key and the M / G layer below it must bind
 // each value to its key (its short conv and recurrence are the model's only local mixing), so a broken M / G
 // forward or backward shows as a failure to learn. MF > 0.9 after 400 steps (7 s); GF binds more slowly (0.12
-// after 400 steps, 0.88 after 800, > 0.9 after 1000).
+// after 400 steps, 0.88 after 800, ~0.9 after 1000, 0.93 after 1300).
 // 800 steps, not 400: at 400 the outcome depended on the init seed and on summation order (recall CLI, AVX2 and
 // the portable attention path alike: seed 1 0.78-0.80, seeds 2 and 3 at chance); at 800 seeds 1-3 reach
 // 0.992 / 0.991 / 0.987, so the test checks learning, not luck.
 TEST(Recall, Mamba2PlusFullAttentionHybridLearnsMqar) { expect_recall("MF", 800, 8, 0.9, true); }
 
-TEST(Recall, GatedDeltaNetPlusFullAttentionHybridLearnsMqar) { expect_recall("GF", 1000, 8, 0.9, true); }
+// 1300 steps, not 1000: at 1000 GF sat on the bound (0.904 with the scalar gate loops, 0.892 with the SIMD
+// gates of ops/mixer_gates, 0.906 on the portable fallback: rounding alone moved it across 0.9); at 1300 it is
+// 0.931 (AVX2) / 0.935 (fallback), so the test checks learning, not rounding.
+TEST(Recall, GatedDeltaNetPlusFullAttentionHybridLearnsMqar) { expect_recall("GF", 1300, 8, 0.9, true); }
 
 TEST(Recall, LocalOnlyModelStaysNearChance) { expect_recall("SS", 400, 8, 0.1, false); }
