@@ -13,5 +13,5 @@ cmake --build --preset readers-asan
 t1=$SECONDS
 ctest --preset readers-asan
 t2=$SECONDS
-JOBS=2 PRESET=readers-asan scripts/fuzz.sh all "${FUZZ_SECONDS:-15}"
+JOBS=2 PRESET=readers-asan scripts/fuzz.sh all "${FUZZ_SECONDS:-30}"
 echo "sanitize_readers: build $((t1 - t0)) s, unit tests $((t2 - t1)) s, fuzz $((SECONDS - t2)) s"
