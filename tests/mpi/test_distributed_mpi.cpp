@@ -95,15 +95,15 @@ std::string skip_reason() {
 // The command prefix that starts `np` ranks. srun passes the whole environment on by default and is
 // used as documented (no --kill-on-bad-exit: the tests show a failing rank ends the step without it);
 // --overcommit allows more ranks than this machine has CPUs.
-std::string mpirun(int np) {
+std::string launcher(int np) {
   if (under_slurm()) return "srun --overcommit -n " + std::to_string(np) + " ";
   return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " -x HLM_DATA_CACHE ";
 }
 
-// One run of `hybridlm train` (on `np` ranks under mpirun when np > 0, else as a plain process).
+// One run of `hybridlm train` (on `np` ranks under the launcher when np > 0, else as a plain process).
 Result train(int np, const std::string& args) {
   const fs::path err = tmp_root() / "stderr.txt";
-  const std::string cmd = (np > 0 ? mpirun(np) : std::string()) + HLM_BINARY + " train " + args + " >/dev/null 2>" +
+  const std::string cmd = (np > 0 ? launcher(np) : std::string()) + HLM_BINARY + " train " + args + " >/dev/null 2>" +
                           err.string();
   int st = std::system(cmd.c_str());
   Result r;
@@ -273,7 +273,7 @@ TEST(Distributed, NonFiniteLossStopsEveryRank) {
 class BackgroundRun {
  public:
   explicit BackgroundRun(const std::string& name) : out_(tmp_root() / name), err_(tmp_root() / (name + ".err")) {
-    const std::string cmd = "exec " + mpirun(2) + HLM_BINARY + " train " +
+    const std::string cmd = "exec " + launcher(2) + HLM_BINARY + " train " +
                             tiny_run(out_, "--batch 2", "--steps 1000000") + " >/dev/null 2>" + err_.string();
     pid_ = fork();
     if (pid_ == 0) {
@@ -304,7 +304,7 @@ class BackgroundRun {
     }
     return -1;
   }
-  // Waits up to 30 s for mpirun to exit; returns the seconds waited (>= 30: still running) and its status.
+  // Waits up to 30 s for the launcher (mpirun or srun) to exit; returns the seconds waited (>= 30: still running) and its status.
   double wait_exit(int* status) {
     const auto t0 = std::chrono::steady_clock::now();
     double waited = 0;
@@ -318,7 +318,7 @@ class BackgroundRun {
     }
     return waited;
   }
-  pid_t mpirun_pid() const { return pid_; }
+  pid_t launcher_pid() const { return pid_; }
   const fs::path& out() const { return out_; }
   std::string err() const { return slurp(err_); }
 
@@ -328,7 +328,7 @@ class BackgroundRun {
   bool done_ = false;
 };
 
-// kill -9 of rank 1 mid-run: mpirun notices and ends rank 0 within seconds (no rank hangs in a collective).
+// kill -9 of rank 1 mid-run: the launcher notices and ends rank 0 within seconds (no rank hangs in a collective).
 TEST(Distributed, AKilledRankEndsTheRunWithinSeconds) {
   SKIP_WITHOUT_MPI();
   BackgroundRun run("killed");
@@ -344,13 +344,13 @@ TEST(Distributed, AKilledRankEndsTheRunWithinSeconds) {
   std::printf("the launcher ended %.2f s after rank 1 was killed\n", waited);
 }
 
-// SIGUSR1 to mpirun (forwarded to every rank) is the graceful stop: the ranks agree to stop after the
-// step, rank 0 saves a checkpoint, and all exit 130.
+// SIGUSR1 to the launcher (mpirun or srun: each forwards it to every rank) is the graceful stop: the ranks agree
+// to stop after the step, rank 0 saves a checkpoint, and all exit 130.
 TEST(Distributed, SigUsr1ToMpirunSavesAndStopsEveryRank) {
   SKIP_WITHOUT_MPI();
   BackgroundRun run("usr1");
   ASSERT_TRUE(run.training()) << run.err();
-  ::kill(run.mpirun_pid(), SIGUSR1);
+  ::kill(run.launcher_pid(), SIGUSR1);
   int st = 0;
   const double waited = run.wait_exit(&st);
   ASSERT_LT(waited, 10.0) << "the launcher still running after SIGUSR1";
@@ -382,7 +382,7 @@ TEST(Distributed, SweepSharesItsRunsAcrossRanks) {
   const fs::path out = tmp_root() / "sweep";
   const fs::path plan_file = tiny_sweep_plan(out);
   const fs::path err = tmp_root() / "sweep_stderr.txt";
-  const std::string cmd = mpirun(2) + HLM_BINARY + " sweep " + plan_file.string() + " >/dev/null 2>" + err.string();
+  const std::string cmd = launcher(2) + HLM_BINARY + " sweep " + plan_file.string() + " >/dev/null 2>" + err.string();
   const int st = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(err);
   const auto sweep = nlohmann::json::parse(slurp(out / "sweep.json"));
@@ -410,7 +410,7 @@ TEST(Distributed, ReproduceSharesItsRunsAcrossRanks) {
   SKIP_WITHOUT_MPI();
   const fs::path out = tmp_root() / "study";
   const fs::path err = tmp_root() / "reproduce_stderr.txt";
-  const std::string cmd = mpirun(2) + HLM_BINARY + " reproduce --budget tiny --only c --out " + out.string() +
+  const std::string cmd = launcher(2) + HLM_BINARY + " reproduce --budget tiny --only c --out " + out.string() +
                           " >/dev/null 2>" + err.string();
   const int st = std::system(cmd.c_str());
   const std::string log = slurp(err);
