@@ -69,9 +69,9 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   const i64 N = B * T, D = cfg.d_model, F = cfg.d_ff;
   const i64 pad = 64;
   i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
-  // A block's activations: norm1, mixer output (+ residual), norm2, block output; rstd x2; gate|up. The SwiGLU
-  // product is transient (one N*F region, counted once below).
-  const i64 per_layer = 4 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + pad;
+  // A block's activations: mixer output (+ residual), block output; rstd x2; gate|up. The two norm outputs share
+  // one buffer (counted once below) and the SwiGLU product is transient.
+  const i64 per_layer = 2 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + pad;
   i64 scratch = 0, saved_max = 0, layers = 0;
   for (size_t i = 0; i < mixers.size(); ++i) {
     const i64 times = repeats ? (*repeats)[i] : 1;
@@ -82,12 +82,16 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
     saved_max = std::max(saved_max, saved);
     scratch = std::max(scratch, mixers[i]->scratch_floats(B, T));
   }
-  // Recompute: the residual entering every block and the last block's output, plus one block at a time.
+  floats += N * D + pad;  // the shared norm output: each block's two, then the final norm's
+  // The residual stream: the embedding output (block outputs are in per_layer); with recompute, only the L + 1
+  // block boundaries, plus one block at a time rerun inside backward.
   if (recompute) floats += (layers + 1) * (N * D + pad) + per_layer + saved_max;
-  floats += 2 * (N * D + pad) + 2 * (N + pad);  // final x, norm, rstd, lse
-  floats += N * F + pad;                         // the SwiGLU product while a block's MLP runs
-  // Backward temporaries: d_residual x2, dnorm, da, dgu, + the largest mixer scratch.
-  floats += 3 * (N * D + pad) + N * F + N * 2 * F + 2 * pad + scratch;
+  else floats += N * D + pad;
+  floats += 2 * (N + pad);  // the final norm's rstd, lse (its output reuses the shared norm buffer)
+  // Backward temporaries: d_residual, d_norm, d_tmp; on top of them, one at a time, the MLP's da and dgu, the
+  // largest mixer scratch (forward or backward) and, with recompute, the SwiGLU product of the block rerun.
+  floats += 3 * (N * D + pad);
+  floats += std::max(scratch, N * F + N * 2 * F + 2 * pad);
   return floats;
 }
 
@@ -127,18 +131,19 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   LayerActs& a = acts_[l];
   const LayerOffsets& o = lo_[l];
   a.x = x;
-  a.n1 = arena_.floats(N * D, "norm1");
+  // The two RMSNorm outputs go to one shared buffer and are not kept: backward recomputes each from the saved
+  // residual and 1/rms (recompute_norm), which saves 2 N*D floats per layer for two cheap elementwise passes.
+  float* n = norm_buf_;
   a.rstd1 = arena_.floats(N, "rstd1");
-  ops::rmsnorm_forward(a.x, params() + o.ln1, a.n1, a.rstd1, N, D, eps);
+  ops::rmsnorm_forward(a.x, params() + o.ln1, n, a.rstd1, N, D, eps);
   a.h = arena_.floats(N * D, "residual mid");
-  mixers_[l]->forward(a.n1, a.h, s, arena_);  // h = mixer(n1)
+  mixers_[l]->forward(n, a.h, s, arena_);  // h = mixer(norm1(x))
   check("mixer output", l, a.h, N * D);
   for (i64 i = 0; i < N * D; ++i) a.h[i] += a.x[i];
-  a.n2 = arena_.floats(N * D, "norm2");
   a.rstd2 = arena_.floats(N, "rstd2");
-  ops::rmsnorm_forward(a.h, params() + o.ln2, a.n2, a.rstd2, N, D, eps);
+  ops::rmsnorm_forward(a.h, params() + o.ln2, n, a.rstd2, N, D, eps);
   a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
-  ops::linear_forward(a.n2, params() + o.w_gate_up, a.gu, N, D, 2 * F);
+  ops::linear_forward(n, params() + o.w_gate_up, a.gu, N, D, 2 * F);
   if (!out) out = arena_.floats(N * D, "residual");
   // The SwiGLU product is transient: backward recomputes it from gu (one elementwise pass) instead of keeping
   // N*F floats per layer.
@@ -150,6 +155,11 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   check("mlp output", l, out, N * D);
   for (i64 i = 0; i < N * D; ++i) out[i] += a.h[i];
   return out;
+}
+
+void Model::recompute_norm(const float* x, i64 w_offset, float* rstd, float* out) {
+  // The same call as the forward's on the same inputs: bitwise the same output (and 1/rms, rewritten unchanged).
+  ops::rmsnorm_forward(x, params() + w_offset, out, rstd, B_ * T_, cfg_.d_model, static_cast<float>(cfg_.norm_eps));
 }
 
 void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T) {
@@ -170,6 +180,7 @@ void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 
   }
   SeqInfo s{B, T, doc_start_};
   acts_.resize(static_cast<size_t>(cfg_.n_layers));
+  norm_buf_ = arena_.floats(N * D, "block norm");
   float* x = arena_.floats(N * D, "residual");
   ops::embedding_forward(inputs_, params() + off_embed_, x, N, D, cfg_.vocab_size);
   if (!recompute_) {
@@ -186,7 +197,7 @@ void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 
     x = xs.back();
   }
   x_final_ = x;
-  n_final_ = arena_.floats(N * D, "final norm");
+  n_final_ = norm_buf_;  // the blocks are done with the shared norm buffer; backward reads n_final_ before any rerun
   rstd_final_ = arena_.floats(N, "final rstd");
   ops::rmsnorm_forward(x_final_, params() + off_norm_, n_final_, rstd_final_, N, D, eps);
   check("final norm", -1, n_final_, N * D);
@@ -224,8 +235,6 @@ void Model::backward(float grad_scale) {
   float* dx = arena_.floats(N * D, "d_residual");
   float* dn = arena_.floats(N * D, "d_norm");
   float* dtmp = arena_.floats(N * D, "d_tmp");
-  float* da = arena_.floats(N * F, "d_mlp_act");
-  float* dgu = arena_.floats(N * 2 * F, "d_mlp_gate_up");
   ops::lm_head_ce_backward(n_final_, params() + off_head_, targets_, lse_, N, D, cfg_.vocab_size, grad_scale, dn,
                            grads() + off_head_);
   ops::rmsnorm_backward(x_final_, params() + off_norm_, rstd_final_, dn, dx, grads() + off_norm_, N, D);
@@ -237,17 +246,26 @@ void Model::backward(float grad_scale) {
     if (recompute_) block_forward(l, acts_[l].x, nullptr, s);
     const LayerActs& a = acts_[l];
     const LayerOffsets& o = lo_[l];
+    // The MLP's gradient buffers (3 N*F floats) live only through the MLP backward; the mixer's backward
+    // scratch then reuses their space.
+    const auto mlp_mark = arena_.mark();
+    float* da = arena_.floats(N * F, "d_mlp_act");
+    float* dgu = arena_.floats(N * 2 * F, "d_mlp_gate_up");
     // out = h + down(swiglu(gate_up(norm2(h))))
     // d act first; the SwiGLU backward then also rewrites the product silu(gate) * up into da's buffer (in
     // place: each element of da is read before it is overwritten), for the down_proj weight gradient.
     ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
     ops::swiglu_backward(a.gu, da, dgu, N, F, da);
     ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
-    ops::linear_backward(a.n2, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
+    // norm2(h) again into dtmp (free until the norm's backward writes it).
+    recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
+    ops::linear_backward(dtmp, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
+    arena_.release_to(mlp_mark);
     ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dtmp, grads() + o.ln2, N, D);
     for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];  // dx is now d h
-    // h = x + mixer(norm1(x))
-    mixers_[l]->backward(a.n1, dx, dn, s, arena_);
+    // h = x + mixer(norm1(x)); norm1(x) again into dtmp, as above.
+    recompute_norm(a.x, o.ln1, a.rstd1, dtmp);
+    mixers_[l]->backward(dtmp, dx, dn, s, arena_);
     check("grad mixer input", l, dn, N * D);
     ops::rmsnorm_backward(a.x, params() + o.ln1, a.rstd1, dn, dtmp, grads() + o.ln1, N, D);
     for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];

@@ -96,6 +96,8 @@ class Model {
   // Block l's forward from x (its input) into out (allocated from the arena when nullptr); fills acts_[l] and
   // the mixer's saved state. Returns out.
   float* block_forward(i64 l, float* x, float* out, const SeqInfo& s);
+  // out = RMSNorm(x) with the weights at w_offset, as block_forward computed it (bitwise).
+  void recompute_norm(const float* x, i64 w_offset, float* rstd, float* out);
   void check(const char* what, i64 layer, const float* p, i64 n) const;
 
   ModelConfig cfg_;
@@ -113,9 +115,11 @@ class Model {
   bool check_numerics_ = false, recompute_ = false;
   // Saved activations of the last forward.
   struct LayerActs {
-    float *x, *n1, *rstd1, *h, *n2, *rstd2, *gu;  // the SwiGLU product is recomputed from gu in backward
+    // The norm outputs and the SwiGLU product are recomputed in backward (from x / h with rstd, from gu).
+    float *x, *rstd1, *h, *rstd2, *gu;
   };
   std::vector<LayerActs> acts_;
+  float* norm_buf_ = nullptr;  // [N, D]: the current RMSNorm output, shared by all blocks and then the final norm
   float *x_final_ = nullptr, *n_final_ = nullptr, *rstd_final_ = nullptr, *lse_ = nullptr;
   const int32_t *inputs_ = nullptr, *targets_ = nullptr, *doc_start_ = nullptr;
   i64 B_ = 0, T_ = 0;
