@@ -112,6 +112,13 @@ ops::GatedDeltaArgs<float> GatedDeltaNetMixer::delta_args(const float* qkv, cons
   return a;
 }
 
+ops::GatedDeltaGrads<float> GatedDeltaNetMixer::delta_grads(float* dqkv, float* dg, float* dbeta) const {
+  const i64 HK = this->HK();
+  ops::GatedDeltaGrads<float> gr;
+  gr.dq = dqkv, gr.dk = dqkv + HK, gr.dv = dqkv + 2 * HK, gr.dg = dg, gr.dbeta = dbeta;
+  return gr;
+}
+
 void GatedDeltaNetMixer::qk_l2norm_forward(float* qkv, float* rq, float* rk, i64 N) const {
   const i64 HK = this->HK(), C3 = 3 * HK;
   const float qscale = 1.f / std::sqrt(static_cast<float>(K_));  // after the L2 norm (docs/algorithms.md §5.1)
@@ -225,9 +232,8 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
   ops::norm_silu_gate_backward(sv.o, sv.proj + 3 * HK, W, P(off_onorm_), sv.orstd, bb.dz, buf, dproj + 3 * HK,
                                G(off_onorm_), N, H_, K_);
 
-  ops::GatedDeltaGrads<float> gr;
-  gr.dq = dqkv, gr.dk = dqkv + HK, gr.dv = dqkv + 2 * HK, gr.dg = dg, gr.dbeta = dbeta;
-  ops::gated_delta_chunked_backward(delta_args(sv.qkv, sv.g, sv.beta, B, T, ds_, nullptr), sv.cs, buf, nullptr, gr);
+  ops::gated_delta_chunked_backward(delta_args(sv.qkv, sv.g, sv.beta, B, T, ds_, nullptr), sv.cs, buf, nullptr,
+                                    delta_grads(dqkv, dg, dbeta));
 
   const float qscale = 1.f / std::sqrt(static_cast<float>(K_));
   ops::l2norm_backward<float>(sv.qkv, C3, sv.rq, dqkv, C3, dqkv, C3, N, H_, K_, qscale);

@@ -45,13 +45,15 @@ class GatedDeltaNetMixer final : public Mixer {
   i64 chunk_states_kept(i64 B, i64 T, const int32_t* doc_start) const;
   // Kernel arguments on this layer's buffers: the three depthwise convs (one over 3HK channels) reading the
   // q|k|v columns of the fused projection rows proj [B*T, Wp]; the gated delta rule on rows qkv [B*T, 3HK]
-  // with gates g, beta [B*T, H] (delta_shape: its sizes and documents only, for buffer sizes). Initial states
-  // nullptr = zeros.
+  // with gates g, beta [B*T, H] (delta_shape: its sizes and documents only, for buffer sizes), and its
+  // gradients laid out the same way (dq | dk | dv in rows dqkv [B*T, 3HK]; dg, dbeta [B*T, H]). Initial
+  // states nullptr = zeros.
   ops::CausalConv1dArgs<float> conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
                                   const float* conv_init) const;
   ops::GatedDeltaArgs<float> delta_shape(i64 B, i64 T, const int32_t* doc_start) const;
   ops::GatedDeltaArgs<float> delta_args(const float* qkv, const float* g, const float* beta, i64 B, i64 T,
                                         const int32_t* doc_start, const float* S_init) const;
+  ops::GatedDeltaGrads<float> delta_grads(float* dqkv, float* dg, float* dbeta) const;
   // In place on rows qkv [N, 3HK]: q = l2norm(q) / sqrt(K), k = l2norm(k), per head; 1/norms into rq, rk [N, H].
   void qk_l2norm_forward(float* qkv, float* rq, float* rk, i64 N) const;
 
