@@ -5,6 +5,7 @@
 // (then the mixer's init_custom), optionally with every Normal tensor scaled up so all paths carry signal.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <functional>
@@ -168,7 +169,45 @@ inline void expect_decode_and_pieces_equal_forward(MixerRig& rig, const std::vec
   EXPECT_TRUE(close_rel(out, y, tol, "span prefill"));
 }
 
-// Forward keeps at most saved_floats in the arena; forward + backward peak at most saved + scratch.
+// The stated arena sizes (Mixer::arena_use, counted from the mixer's own buffer lists) are exactly what each
+// phase uses on a fresh Arena: forward leaves `saved` and peaks at saved + forward_scratch, backward adds
+// `backward` and releases it, prefill in `prefill_calls` chunks of T tokens peaks at `prefill` (a windowed
+// layer once a full window is cached, so enough calls to pass it). The sizes are the worst case of what the
+// shape leaves open, so the check sets a max span of T on a recurrent mixer (which changes no output) for the
+// probe's doc_start copy (attention makes no copy: a span is a window to it), and doc_start must let gdn keep
+// its chunk states (nullptr does).
+inline void expect_arena_use_exact(MixerRig& rig, const std::vector<float>& x, i64 B, i64 T,
+                                   const int32_t* doc_start = nullptr, int prefill_calls = 2) {
+  Mixer& m = *rig.m;
+  const i64 span0 = m.max_span();
+  if (m.letter() != 'F' && m.letter() != 'S') m.set_max_span(T);
+  const ArenaUse u = m.arena_use(B, T);
+  auto bytes = [](i64 floats) { return static_cast<std::size_t>(floats) * sizeof(float); };
+  // Arenas sized as the model sizes them (saved + scratch): any overflow would throw.
+  const std::size_t capacity = bytes(m.saved_floats(B, T) + m.scratch_floats(B, T));
+  Arena arena(capacity);
+  std::vector<float> y = nan_vec(x.size()), dx = nan_vec(x.size());
+  const SeqInfo s{B, T, doc_start};
+  m.forward(x.data(), y.data(), s, arena);
+  EXPECT_EQ(arena.used(), bytes(u.saved));
+  EXPECT_EQ(arena.high_water(), bytes(u.saved + u.forward_scratch));
+  m.backward(x.data(), x.data(), dx.data(), s, arena);
+  EXPECT_EQ(arena.used(), bytes(u.saved));
+  EXPECT_EQ(arena.high_water(), bytes(u.saved + std::max(u.forward_scratch, u.backward)));
+  auto st = m.new_state(B, prefill_calls * T);
+  std::size_t peak = 0;
+  for (int k = 0; k < prefill_calls; ++k) {
+    Arena a(capacity);
+    m.prefill(x.data(), y.data(), B, T, *st, a);
+    EXPECT_LE(a.high_water(), bytes(u.prefill)) << "prefill call " << k;
+    peak = std::max(peak, a.high_water());
+  }
+  EXPECT_EQ(peak, bytes(u.prefill));
+  m.set_max_span(span0);
+}
+
+// Below the worst case (e.g. documents that make gdn recompute its chunk states instead of keeping them):
+// forward keeps at most saved_floats in the arena; forward + backward peak at most saved + scratch.
 inline void expect_arena_within_bounds(MixerRig& rig, const std::vector<float>& x, i64 B, i64 T,
                                        const int32_t* doc_start = nullptr) {
   const std::size_t saved = static_cast<std::size_t>(rig.m->saved_floats(B, T)) * sizeof(float);

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/arena.h"
+#include "core/arena_count.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 
@@ -41,6 +42,34 @@ TEST(Arena, AlignedBumpAllocationAndOverflowError) {
   EXPECT_THROW(a.floats(1 << 12, "big"), Error);
   a.reset();
   EXPECT_EQ(a.floats(1), p);
+}
+
+// The counting dry run takes, for any sequence of allocations, marks and releases, exactly the bytes the arena
+// takes (64-byte rounding included) and the same peak.
+template <class Alloc>
+void allocation_sequence(Alloc& a) {
+  a.floats(3);
+  const auto m = a.mark();
+  a.ints(17);
+  a.floats(16);
+  a.floats(1000);
+  a.release_to(m);
+  a.ints(1);
+  a.floats(0);
+  a.floats(33);
+}
+
+TEST(Arena, CountingDryRunTakesExactlyWhatTheArenaTakes) {
+  Arena a(1 << 16);
+  ArenaCount c;
+  allocation_sequence(a);
+  allocation_sequence(c);
+  EXPECT_EQ(c.used(), a.used());
+  EXPECT_EQ(c.high_water(), a.high_water());
+  EXPECT_EQ(c.used(), 64u * (1 + 1 + 0 + 3));            // 3 floats, 1 int, 0 floats, 33 floats
+  EXPECT_EQ(c.high_water(), 64u * (1 + 2 + 1 + 63));     // 3 floats, 17 ints, 16 floats, 1000 floats
+  EXPECT_EQ(c.used_floats(), static_cast<i64>(c.used() / 4));
+  EXPECT_EQ(count_floats(allocation_sequence<ArenaCount>).peak, c.high_water_floats());
 }
 
 TEST(Parallel, StaticPartitionCoversEachIndexOnceAndSumIsDeterministic) {

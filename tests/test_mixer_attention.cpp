@@ -312,5 +312,11 @@ TEST(AttentionMixer, FlopsAndArenaBounds) {
   rig.init(20);
   const i64 B = 3, T = 29;
   const auto ds = packed_doc_start(T, {{0, 10}, {0}, {0, 1, 2, 28}});
-  expect_arena_within_bounds(rig, randn(static_cast<size_t>(B * T * o.D), 21), B, T, ds.data());
+  // Three prefill calls of 29 tokens: the third stages a full window (W - 1 cached keys) before its own.
+  expect_arena_use_exact(rig, randn(static_cast<size_t>(B * T * o.D), 21), B, T, ds.data(), 3);
+  // Full attention without QK norm: no pre-norm copy, and prefill stages nothing (the cache is in order).
+  AttnOpts full{'F', 64, 4, 2, 16, 0, false, false};
+  MixerRig frig(attn_cfg(full), 0);
+  frig.init(22);
+  expect_arena_use_exact(frig, randn(static_cast<size_t>(B * T * full.D), 23), B, T, ds.data());
 }

@@ -287,5 +287,5 @@ TEST(Mamba2Mixer, FlopsAndMemoryBoundsAreHonest) {
   small.init(1);
   const i64 B = 3, T = 29;
   const auto x = randn(static_cast<size_t>(B * T * 16), 1);
-  expect_arena_within_bounds(small, x, B, T);
+  expect_arena_use_exact(small, x, B, T);
 }

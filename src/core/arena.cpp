@@ -10,7 +10,7 @@ Arena::~Arena() { std::free(base_); }
 void Arena::reserve(std::size_t bytes) {
   std::free(base_);
   base_ = nullptr;
-  capacity_ = (bytes + 63) / 64 * 64;
+  capacity_ = rounded(bytes);
   used_ = high_water_ = 0;
   if (capacity_ == 0) return;
   base_ = static_cast<char*>(std::aligned_alloc(64, capacity_));
@@ -19,7 +19,7 @@ void Arena::reserve(std::size_t bytes) {
 }
 
 void* Arena::alloc_bytes(std::size_t bytes, const char* what) {
-  std::size_t need = (bytes + 63) / 64 * 64;
+  const std::size_t need = rounded(bytes);
   HLM_CHECK(used_ + need <= capacity_, "Arena: out of memory allocating {} ({} bytes; {} of {} used)",
             what, bytes, used_, capacity_);
   void* p = base_ + used_;

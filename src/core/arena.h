@@ -17,6 +17,9 @@ class Arena {
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
+  // Bytes one allocation of `bytes` takes: rounded up to 64 (ArenaCount in core/arena_count.h counts the same).
+  static constexpr std::size_t rounded(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
   // Allocates (and pre-faults) capacity; discards previous contents.
   void reserve(std::size_t bytes);
   // Bump-allocates n floats (64-byte aligned). Throws hlm::Error naming `what` when full.

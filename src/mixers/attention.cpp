@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/arena_count.h"
 #include "core/parallel.h"
 #include "ops/attention.h"
 #include "ops/fast_exp.h"
@@ -63,20 +64,51 @@ void AttentionMixer::ensure_rope(i64 T) {
   if (rope_ && rope_tab_.max_pos < T) rope_tab_ = ops::RopeTable(std::max(T, 2 * rope_tab_.max_pos), hd_, rope_theta_);
 }
 
-i64 AttentionMixer::saved_floats(i64 B, i64 T) const {
-  const i64 N = B * T;
-  i64 n = N * qkv_width() + N * H_ * hd_ + B * H_ * T + 64 * 4;
-  if (qk_norm_) n += N * qkv_width() + N * (H_ + Hkv_) + 64 * 2;
-  return n;
+template <class Alloc>
+AttentionMixer::Saved AttentionMixer::saved_buffers(Alloc& arena, i64 B, i64 T) const {
+  const i64 N = B * T, W3 = qkv_width();
+  Saved s;
+  s.qkv = arena.floats(N * W3, "attention qkv");
+  if (qk_norm_) {
+    s.qkv_pre_norm = arena.floats(N * W3, "attention qkv pre-norm");
+    s.qk_rstd = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
+  }
+  s.o = arena.floats(N * H_ * hd_, "attention out");
+  s.lse = arena.floats(B * H_ * T, "attention lse");
+  return s;
 }
 
-i64 AttentionMixer::scratch_floats(i64 B, i64 T) const {
+template <class Alloc>
+AttentionMixer::BackwardBuffers AttentionMixer::backward_buffers(Alloc& arena, i64 B, i64 T) const {
   const i64 N = B * T;
-  // Backward: d_out and dqkv. Prefill of a windowed layer: the cached W-1 keys and values laid out in
-  // order in front of the chunk's (the chunk's part fits in the backward's share).
-  const i64 w = effective_window();
-  const i64 staged = w > 0 ? 2 * B * (w - 1) * Hkv_ * hd_ : 0;
-  return N * H_ * hd_ + N * qkv_width() + staged + 64 * 4;
+  BackwardBuffers b;
+  b.d_o = arena.floats(N * H_ * hd_, "attention d_out");
+  b.dqkv = arena.floats(N * qkv_width(), "attention dqkv");
+  return b;
+}
+
+template <class Alloc>
+AttentionMixer::PrefillBuffers AttentionMixer::prefill_buffers(Alloc& arena, i64 B, i64 T, i64 Tk) const {
+  const i64 N = B * T, KW = Hkv_ * hd_;
+  PrefillBuffers b;
+  b.qkv = arena.floats(N * qkv_width(), "attention prefill qkv");
+  if (qk_norm_) b.rstd = arena.floats(N * (H_ + Hkv_), "attention prefill qk rstd");
+  b.pos = arena.ints(N, "attention prefill positions");
+  b.o = arena.floats(N * H_ * hd_, "attention prefill out");
+  b.lse = arena.floats(B * H_ * T, "attention prefill lse");
+  if (Tk > 0) {
+    b.ks = arena.floats(B * Tk * KW, "attention prefill staged keys");
+    b.vs = arena.floats(B * Tk * KW, "attention prefill staged values");
+  }
+  return b;
+}
+
+ArenaUse AttentionMixer::arena_use(i64 B, i64 T) const {
+  // A windowed prefill at its worst: a full window behind it, W-1 cached entries staged before the chunk's.
+  const i64 w = effective_window(), Tk = w > 0 ? w - 1 + T : 0;
+  return count_arena_use([&](ArenaCount& c) { saved_buffers(c, B, T); },
+                         [&](ArenaCount& c) { backward_buffers(c, B, T); },
+                         [&](ArenaCount& c) { prefill_buffers(c, B, T, Tk); });
 }
 
 FlopCount AttentionMixer::flops_per_token(i64 T) const {
@@ -126,27 +158,22 @@ void AttentionMixer::norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, i64 po
 void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
   const i64 N = s.B * s.T, W3 = qkv_width();
   ensure_rope(s.T);
-  qkv_ = arena.floats(N * W3, "attention qkv");
-  ops::linear_forward(x, P(off_wqkv_), qkv_, N, D_, W3);  // [N, (H + 2 Hkv) hd]
-  if (qk_norm_) {
-    qkv_pre_norm_ = arena.floats(N * W3, "attention qkv pre-norm");
-    qk_rstd_ = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
-    std::memcpy(qkv_pre_norm_, qkv_, sizeof(float) * N * W3);
-  }
-  norm_and_rope(qkv_, qk_rstd_, s.B, s.T, -1, nullptr);
-  o_ = arena.floats(N * H_ * hd_, "attention out");
-  lse_ = arena.floats(s.B * H_ * s.T, "attention lse");
-  ops::attention_forward(attention_args(qkv_, s.B, s.T, s.doc_start), o_, lse_);
-  ops::linear_forward(o_, P(off_wo_), y, N, H_ * hd_, D_);
+  const Saved& sv = saved_ = saved_buffers(arena, s.B, s.T);
+  ops::linear_forward(x, P(off_wqkv_), sv.qkv, N, D_, W3);  // [N, (H + 2 Hkv) hd]
+  if (qk_norm_) std::memcpy(sv.qkv_pre_norm, sv.qkv, sizeof(float) * N * W3);
+  norm_and_rope(sv.qkv, sv.qk_rstd, s.B, s.T, -1, nullptr);
+  ops::attention_forward(attention_args(sv.qkv, s.B, s.T, s.doc_start), sv.o, sv.lse);
+  ops::linear_forward(sv.o, P(off_wo_), y, N, H_ * hd_, D_);
 }
 
 void AttentionMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
   const i64 N = s.B * s.T, W3 = qkv_width();
+  const Saved& sv = saved_;
   auto mark = arena.mark();
-  float* d_o = arena.floats(N * H_ * hd_, "attention d_out");
-  float* dqkv = arena.floats(N * W3, "attention dqkv");
-  ops::linear_backward(o_, P(off_wo_), dy, d_o, G(off_wo_), N, H_ * hd_, D_);
-  ops::attention_backward(attention_args(qkv_, s.B, s.T, s.doc_start), o_, lse_, d_o,
+  const BackwardBuffers bb = backward_buffers(arena, s.B, s.T);
+  float *d_o = bb.d_o, *dqkv = bb.dqkv;
+  ops::linear_backward(sv.o, P(off_wo_), dy, d_o, G(off_wo_), N, H_ * hd_, D_);
+  ops::attention_backward(attention_args(sv.qkv, s.B, s.T, s.doc_start), sv.o, sv.lse, d_o,
                           {dqkv, dqkv + H_ * hd_, dqkv + (H_ + Hkv_) * hd_});
   if (rope_) {
     ops::rope_backward(rope_tab_, dqkv, s.B, s.T, H_, W3);
@@ -160,9 +187,9 @@ void AttentionMixer::backward(const float* x, const float* dy, float* dx, const 
       const int th = omp_get_thread_num();
       std::vector<float> tmp(static_cast<size_t>(std::max(H_, Hkv_) * hd_));
       for (i64 n = b; n < e; ++n) {
-        const float* pre = qkv_pre_norm_ + n * W3;
+        const float* pre = sv.qkv_pre_norm + n * W3;
         float* drow = dqkv + n * W3;
-        const float* rs = qk_rstd_ + n * (H_ + Hkv_);
+        const float* rs = sv.qk_rstd + n * (H_ + Hkv_);
         ops::rmsnorm_backward(pre, P(off_qn_), rs, drow, tmp.data(), dwq.data() + th * hd_, H_, hd_);
         std::memcpy(drow, tmp.data(), sizeof(float) * H_ * hd_);
         ops::rmsnorm_backward(pre + H_ * hd_, P(off_kn_), rs + H_, drow + H_ * hd_, tmp.data(),
@@ -307,13 +334,14 @@ void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState&
   const i64 w = effective_window(), pos = c.pos, N = B * T, W3 = qkv_width(), KW = c.width, cap = c.capacity;
   HLM_CHECK(B == c.B, "attention prefill: batch {} but the cache has {} rows", B, c.B);
   HLM_CHECK(w > 0 || pos + T <= cap, "attention prefill: context {} exceeds the KV cache capacity {}", pos + T, cap);
+  // Window: the last min(pos, W-1) cached entries in position order, then the chunk's, staged (in ks, vs)
+  // before the ring is overwritten by the chunk.
+  const i64 n0 = w > 0 ? std::min(pos, w - 1) : 0, Tk = w > 0 ? n0 + T : 0;
   const auto mark = arena.mark();
-  float* qkv = arena.floats(N * W3, "attention prefill qkv");  // [B, T, (H + 2 Hkv) hd]
+  const PrefillBuffers pb = prefill_buffers(arena, B, T, Tk);
+  float *qkv = pb.qkv, *o = pb.o, *lse = pb.lse;  // [B, T, (H + 2 Hkv) hd], [B, T, H, hd], [B, H, T]
   ops::linear_forward(x, P(off_wqkv_), qkv, N, D_, W3);
-  float* rstd = qk_norm_ ? arena.floats(N * (H_ + Hkv_), "attention prefill qk rstd") : nullptr;
-  norm_and_rope(qkv, rstd, B, T, pos, arena.ints(N, "attention prefill positions"));
-  float* o = arena.floats(N * H_ * hd_, "attention prefill out");  // [B, T, H, hd]
-  float* lse = arena.floats(B * H_ * T, "attention prefill lse");
+  norm_and_rope(qkv, pb.rstd, B, T, pos, pb.pos);
   const float* kc = qkv + H_ * hd_;  // the chunk's keys and values (row stride W3)
   const float* vc = qkv + (H_ + Hkv_) * hd_;
   ops::AttentionArgs a = attention_args(qkv, B, T, nullptr);
@@ -332,11 +360,7 @@ void AttentionMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState&
       ops::attention_forward(a, o + b * T * H_ * hd_, lse + b * H_ * T);
     }
   } else {
-    // Window: the last min(pos, W-1) cached entries in position order, then the chunk's. Staged before the
-    // ring is overwritten by the chunk.
-    const i64 n0 = std::min(pos, w - 1), Tk = n0 + T;
-    float* ks = arena.floats(B * Tk * KW, "attention prefill staged keys");  // [B, Tk, Hkv*hd]
-    float* vs = arena.floats(B * Tk * KW, "attention prefill staged values");
+    float *ks = pb.ks, *vs = pb.vs;  // [B, Tk, Hkv*hd]
     for (i64 b = 0; b < B; ++b) {
       for (i64 j = 0; j < n0; ++j) {
         const i64 slot = (pos - n0 + j) % cap;

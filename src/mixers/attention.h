@@ -23,8 +23,7 @@ class AttentionMixer final : public Mixer {
   char letter() const override { return letter_; }
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
   void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;
-  i64 saved_floats(i64 B, i64 T) const override;
-  i64 scratch_floats(i64 B, i64 T) const override;
+  ArenaUse arena_use(i64 B, i64 T) const override;
   FlopCount flops_per_token(i64 T) const override;
   std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
   void step(const float* x, float* y, MixerState& state, i64 B) override;
@@ -53,8 +52,33 @@ class AttentionMixer final : public Mixer {
   // The training-length table, or rows for positions pos0 .. pos0+n-1 when they go past it.
   const ops::RopeTable& rope_rows(i64 pos0, i64 n);
   ops::RopeTable rope_rows_;
-  // Saved by forward for backward (arena pointers).
-  float *qkv_ = nullptr, *qkv_pre_norm_ = nullptr, *qk_rstd_ = nullptr, *o_ = nullptr, *lse_ = nullptr;
+  // Arena buffers, listed once per phase: forward, backward and prefill take them from the step's Arena,
+  // arena_use() counts the same lists with an ArenaCount (core/arena_count.h). Allocation order is the
+  // layout.
+  struct Saved {                    // kept by forward for backward
+    float* qkv = nullptr;           // [B*T, qkv_width()] q | k | v after QK norm and RoPE
+    float* qkv_pre_norm = nullptr;  // [B*T, qkv_width()] before the QK norm (qk_norm only)
+    float* qk_rstd = nullptr;       // [B*T, H + Hkv] the QK norm's 1/rms (qk_norm only)
+    float* o = nullptr;             // [B*T, H*hd]
+    float* lse = nullptr;           // [B, H, T] log-sum-exp of the scores
+  };
+  struct BackwardBuffers {
+    float* d_o = nullptr;           // [B*T, H*hd]
+    float* dqkv = nullptr;          // [B*T, qkv_width()]
+  };
+  struct PrefillBuffers {
+    float* qkv = nullptr;           // [B*T, qkv_width()]
+    float* rstd = nullptr;          // [B*T, H + Hkv] (qk_norm only)
+    int32_t* pos = nullptr;         // [B*T] RoPE positions
+    float* o = nullptr;             // [B*T, H*hd]
+    float* lse = nullptr;           // [B, H, T]
+    float *ks = nullptr, *vs = nullptr;  // [B, Tk, Hkv*hd] staged keys, values (window layers: Tk > 0)
+  };
+  template <class Alloc> Saved saved_buffers(Alloc& arena, i64 B, i64 T) const;
+  template <class Alloc> BackwardBuffers backward_buffers(Alloc& arena, i64 B, i64 T) const;
+  // Tk: keys a windowed prefill attends over (the cached ones it stages, then the chunk's); 0 = full attention.
+  template <class Alloc> PrefillBuffers prefill_buffers(Alloc& arena, i64 B, i64 T, i64 Tk) const;
+  Saved saved_;  // by the last forward, for backward
   i64 qkv_width() const { return (H_ + 2 * Hkv_) * hd_; }
   // Kernel arguments for q | k | v in the fused rows of qkv [B, T, qkv_width()].
   ops::AttentionArgs attention_args(const float* qkv, i64 B, i64 T, const int32_t* doc_start) const;

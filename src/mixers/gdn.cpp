@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/arena_count.h"
 #include "core/parallel.h"
 #include "mixers/decay_init.h"
 #include "ops/l2norm.h"
@@ -14,9 +15,6 @@
 namespace hlm {
 
 namespace {
-
-constexpr i64 kPad = 16;  // arena allocations round up to 64 bytes
-inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t)) + 3) / 4; }
 
 // The gates beta and g in double (only H per token); the output gate is ops/mixer_gates.h.
 inline double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }  // torch's threshold
@@ -99,14 +97,26 @@ ops::CausalConv1dArgs<float> GatedDeltaNetMixer::conv_args(const float* proj, i6
   return c;
 }
 
+ops::GatedDeltaArgs<float> GatedDeltaNetMixer::delta_shape(i64 B, i64 T, const int32_t* doc_start) const {
+  ops::GatedDeltaArgs<float> a;
+  a.B = B, a.T = T, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_, a.doc_start = doc_start;
+  return a;
+}
+
 ops::GatedDeltaArgs<float> GatedDeltaNetMixer::delta_args(const float* qkv, const float* g, const float* beta, i64 B,
                                                           i64 T, const int32_t* doc_start, const float* S_init) const {
   const i64 HK = this->HK();
-  ops::GatedDeltaArgs<float> a;
-  a.B = B, a.T = T, a.H = H_, a.K = K_, a.V = K_, a.chunk = chunk_;
+  ops::GatedDeltaArgs<float> a = delta_shape(B, T, doc_start);
   a.q = qkv, a.k = qkv + HK, a.v = qkv + 2 * HK, a.q_stride = a.k_stride = a.v_stride = 3 * HK;
-  a.g = g, a.beta = beta, a.initial_state = S_init, a.doc_start = doc_start;
+  a.g = g, a.beta = beta, a.initial_state = S_init;
   return a;
+}
+
+ops::GatedDeltaGrads<float> GatedDeltaNetMixer::delta_grads(float* dqkv, float* dg, float* dbeta) const {
+  const i64 HK = this->HK();
+  ops::GatedDeltaGrads<float> gr;
+  gr.dq = dqkv, gr.dk = dqkv + HK, gr.dv = dqkv + 2 * HK, gr.dg = dg, gr.dbeta = dbeta;
+  return gr;
 }
 
 void GatedDeltaNetMixer::qk_l2norm_forward(float* qkv, float* rq, float* rk, i64 N) const {
@@ -116,17 +126,63 @@ void GatedDeltaNetMixer::qk_l2norm_forward(float* qkv, float* rq, float* rk, i64
   ops::l2norm_forward<float>(qkv + HK, C3, qkv + HK, C3, rk, N, H_, K_, kL2Eps, 1.f);
 }
 
-i64 GatedDeltaNetMixer::saved_floats(i64 B, i64 T) const {
-  const i64 N = B * T;
-  // proj, qkv, o, five [N, H] vectors, chunk states, doc_start (max span).
-  return N * Wp() + N * 3 * HK() + N * HK() + 5 * N * H_ + chunk_state_budget(B, T) + ints_as_floats(N) + 10 * kPad;
+i64 GatedDeltaNetMixer::chunk_states_kept(i64 B, i64 T, const int32_t* doc_start) const {
+  // Many short documents (or a short max span) mean more segments than the budget: then the backward
+  // recomputes the entry states with one more scan instead.
+  const i64 n = ops::gated_delta_chunk_states_numel(delta_shape(B, T, doc_start));
+  return n <= chunk_state_budget(B, T) ? n : 0;
 }
 
-i64 GatedDeltaNetMixer::scratch_floats(i64 B, i64 T) const {
-  const i64 N = B * T;
-  const i64 fwd = N * HK() + B * H_ * K_ * K_ + 2 * kPad;  // gated norm output; prefill's state copy
-  const i64 bwd = 2 * N * HK() + N * Wp() + N * 3 * HK() + 2 * N * H_ + 6 * kPad;  // z|d_o, dz, dproj, dqkv, dg, dbeta
-  return std::max(fwd, bwd);
+template <class Alloc>
+GatedDeltaNetMixer::RunBuffers GatedDeltaNetMixer::run_buffers(Alloc& arena, i64 B, i64 T, i64 chunk_states) const {
+  const i64 N = B * T, HK = this->HK();
+  RunBuffers b;
+  Saved& s = b.saved;
+  s.proj = arena.floats(N * Wp(), "gdn proj");
+  s.qkv = arena.floats(N * 3 * HK, "gdn qkv");
+  s.rq = arena.floats(N * H_, "gdn q rstd");
+  s.rk = arena.floats(N * H_, "gdn k rstd");
+  s.g = arena.floats(N * H_, "gdn g");
+  s.beta = arena.floats(N * H_, "gdn beta");
+  if (chunk_states > 0) s.cs = arena.floats(chunk_states, "gdn chunk states");
+  s.o = arena.floats(N * HK, "gdn o");
+  s.orstd = arena.floats(N * H_, "gdn o_norm rstd");
+  b.temp_mark = arena.mark();
+  b.z = arena.floats(N * HK, "gdn gated norm");
+  return b;
+}
+
+template <class Alloc>
+GatedDeltaNetMixer::PrefillBuffers GatedDeltaNetMixer::prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const {
+  PrefillBuffers b;
+  b.span = span_buffer(arena, B, T, span);
+  b.S0 = arena.floats(B * H_ * K_ * K_, "gdn prefill state");
+  b.run = run_buffers(arena, B, T, 0);
+  return b;
+}
+
+template <class Alloc>
+GatedDeltaNetMixer::BackwardBuffers GatedDeltaNetMixer::backward_buffers(Alloc& arena, i64 B, i64 T) const {
+  const i64 N = B * T, HK = this->HK();
+  BackwardBuffers b;
+  b.buf = arena.floats(N * HK, "gdn z / d_o");
+  b.dz = arena.floats(N * HK, "gdn dz");
+  b.dproj = arena.floats(N * Wp(), "gdn dproj");
+  b.dqkv = arena.floats(N * 3 * HK, "gdn dqkv");
+  b.dg = arena.floats(N * H_, "gdn dg");
+  b.dbeta = arena.floats(N * H_, "gdn dbeta");
+  return b;
+}
+
+ArenaUse GatedDeltaNetMixer::arena_use(i64 B, i64 T) const {
+  // Forward as forward() lists it, in the worst case: a span set, every chunk state kept (the budget, which
+  // they fill exactly without documents).
+  return count_arena_use(
+      [&](ArenaCount& c) {
+        span_buffer(c, B, T, true);
+        c.release_to(run_buffers(c, B, T, chunk_state_budget(B, T)).temp_mark);
+      },
+      [&](ArenaCount& c) { backward_buffers(c, B, T); }, [&](ArenaCount& c) { prefill_buffers(c, B, T, true); });
 }
 
 FlopCount GatedDeltaNetMixer::flops_per_token(i64 T) const {
@@ -140,70 +196,48 @@ FlopCount GatedDeltaNetMixer::flops_per_token(i64 T) const {
 }
 
 void GatedDeltaNetMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
-                             float* conv_fin, const float* S_init, float* S_fin, bool save_states, Arena& arena) {
-  const i64 N = B * T, HK = H_ * K_, W = Wp(), C3 = 3 * HK;
+                             float* conv_fin, const float* S_init, float* S_fin, const RunBuffers& b, Arena& arena) {
+  const i64 N = B * T, HK = H_ * K_, W = Wp();
+  const Saved& s = saved_ = b.saved;
   ds_ = doc_start;
-  proj_ = arena.floats(N * W, "gdn proj");
-  ops::linear_forward(x, P(off_w_), proj_, N, D_, W);  // [N, Wp]: q | k | v | gp | b | a
-
-  qkv_ = arena.floats(N * C3, "gdn qkv");
-  ops::causal_conv1d_forward(conv_args(proj_, B, T, doc_start, conv_init), qkv_, conv_fin);  // [N, 3HK]
-
-  rq_ = arena.floats(N * H_, "gdn q rstd");
-  rk_ = arena.floats(N * H_, "gdn k rstd");
-  qk_l2norm_forward(qkv_, rq_, rk_, N);
-
-  g_ = arena.floats(N * H_, "gdn g");
-  beta_ = arena.floats(N * H_, "gdn beta");
-  gates_forward(proj_, W, 4 * HK, N, H_, P(off_alog_), P(off_dtb_), g_, beta_);
-
-  const ops::GatedDeltaArgs<float> a = delta_args(qkv_, g_, beta_, B, T, doc_start, S_init);
-  cs_ = nullptr;
-  if (save_states) {
-    // Many short documents (or a short max span) mean more segments than the budget: then the backward
-    // recomputes the entry states with one more scan instead.
-    const i64 n = ops::gated_delta_chunk_states_numel(a);
-    if (n <= chunk_state_budget(B, T)) cs_ = arena.floats(n, "gdn chunk states");
-  }
-  o_ = arena.floats(N * HK, "gdn o");
-  ops::gated_delta_chunked_forward(a, o_, S_fin, cs_);  // [N, H, K]
-
-  orstd_ = arena.floats(N * H_, "gdn o_norm rstd");
-  auto mark = arena.mark();
-  float* z = arena.floats(N * HK, "gdn gated norm");
-  ops::norm_silu_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, true, z, N, H_, K_, kNormEps);
-  ops::linear_forward(z, P(off_wo_), y, N, HK, D_);
-  arena.release_to(mark);
+  ops::linear_forward(x, P(off_w_), s.proj, N, D_, W);  // [N, Wp]: q | k | v | gp | b | a
+  ops::causal_conv1d_forward(conv_args(s.proj, B, T, doc_start, conv_init), s.qkv, conv_fin);  // [N, 3HK]
+  qk_l2norm_forward(s.qkv, s.rq, s.rk, N);
+  gates_forward(s.proj, W, 4 * HK, N, H_, P(off_alog_), P(off_dtb_), s.g, s.beta);
+  const ops::GatedDeltaArgs<float> a = delta_args(s.qkv, s.g, s.beta, B, T, doc_start, S_init);
+  ops::gated_delta_chunked_forward(a, s.o, S_fin, s.cs);  // [N, H, K]
+  ops::norm_silu_gate_forward(s.o, s.proj + 3 * HK, W, P(off_onorm_), s.orstd, true, b.z, N, H_, K_, kNormEps);
+  ops::linear_forward(b.z, P(off_wo_), y, N, HK, D_);
+  arena.release_to(b.temp_mark);
 }
 
 void GatedDeltaNetMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
-  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, arena);
-  run(x, y, s.B, s.T, ds, nullptr, nullptr, nullptr, nullptr, true, arena);
+  // The states kept depend on the documents the kernel sees: the span's when a span is set.
+  int32_t* span = span_buffer(arena, s.B, s.T, max_span_ > 0);
+  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, span);
+  const RunBuffers b = run_buffers(arena, s.B, s.T, chunk_states_kept(s.B, s.T, ds));
+  run(x, y, s.B, s.T, ds, nullptr, nullptr, nullptr, nullptr, b, arena);
 }
 
 void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
   const i64 B = s.B, T = s.T, N = B * T, HK = H_ * K_, W = Wp(), C3 = 3 * HK;
+  const Saved& sv = saved_;
   auto mark = arena.mark();
-  float* buf = arena.floats(N * HK, "gdn z / d_o");  // [N, HK]
-  float* dz = arena.floats(N * HK, "gdn dz");        // [N, HK]
-  float* dproj = arena.floats(N * W, "gdn dproj");   // [N, Wp]
-  float* dqkv = arena.floats(N * C3, "gdn dqkv");    // [N, 3HK]
-  float* dg = arena.floats(N * H_, "gdn dg");        // [N, H]
-  float* dbeta = arena.floats(N * H_, "gdn dbeta");  // [N, H]
+  const BackwardBuffers bb = backward_buffers(arena, B, T);
+  float *buf = bb.buf, *dproj = bb.dproj, *dqkv = bb.dqkv, *dg = bb.dg, *dbeta = bb.dbeta;
 
   // Output: recompute z (cheaper than keeping it), then o_proj, gate and o_norm.
-  ops::norm_silu_gate_forward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, false, buf, N, H_, K_, kNormEps);
-  ops::linear_backward(buf, P(off_wo_), dy, dz, G(off_wo_), N, HK, D_);
-  ops::norm_silu_gate_backward(o_, proj_ + 3 * HK, W, P(off_onorm_), orstd_, dz, buf, dproj + 3 * HK, G(off_onorm_), N,
-                               H_, K_);
+  ops::norm_silu_gate_forward(sv.o, sv.proj + 3 * HK, W, P(off_onorm_), sv.orstd, false, buf, N, H_, K_, kNormEps);
+  ops::linear_backward(buf, P(off_wo_), dy, bb.dz, G(off_wo_), N, HK, D_);
+  ops::norm_silu_gate_backward(sv.o, sv.proj + 3 * HK, W, P(off_onorm_), sv.orstd, bb.dz, buf, dproj + 3 * HK,
+                               G(off_onorm_), N, H_, K_);
 
-  ops::GatedDeltaGrads<float> gr;
-  gr.dq = dqkv, gr.dk = dqkv + HK, gr.dv = dqkv + 2 * HK, gr.dg = dg, gr.dbeta = dbeta;
-  ops::gated_delta_chunked_backward(delta_args(qkv_, g_, beta_, B, T, ds_, nullptr), cs_, buf, nullptr, gr);
+  ops::gated_delta_chunked_backward(delta_args(sv.qkv, sv.g, sv.beta, B, T, ds_, nullptr), sv.cs, buf, nullptr,
+                                    delta_grads(dqkv, dg, dbeta));
 
   const float qscale = 1.f / std::sqrt(static_cast<float>(K_));
-  ops::l2norm_backward<float>(qkv_, C3, rq_, dqkv, C3, dqkv, C3, N, H_, K_, qscale);
-  ops::l2norm_backward<float>(qkv_ + HK, C3, rk_, dqkv + HK, C3, dqkv + HK, C3, N, H_, K_, 1.f);
+  ops::l2norm_backward<float>(sv.qkv, C3, sv.rq, dqkv, C3, dqkv, C3, N, H_, K_, qscale);
+  ops::l2norm_backward<float>(sv.qkv + HK, C3, sv.rk, dqkv + HK, C3, dqkv + HK, C3, N, H_, K_, 1.f);
 
   // Gates: d b = dbeta beta (1 - beta); d a = dg (-exp(A_log)) sigmoid(a + dt_bias) = d dt_bias;
   // d A_log = dg g. The per-head sums run serially over tokens (N*H terms, fixed order).
@@ -212,7 +246,7 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
     const float* dtb = P(off_dtb_);
     std::vector<double> dA(static_cast<size_t>(H_), 0.0), dB(static_cast<size_t>(H_), 0.0);
     for (i64 n = 0; n < N; ++n) {
-      const float* r = proj_ + n * W + 4 * HK;
+      const float* r = sv.proj + n * W + 4 * HK;
       float* dr = dproj + n * W + 4 * HK;
       for (i64 h = 0; h < H_; ++h) {
         // beta (1 - beta) from the pre-activation in double: 1 - beta of the float beta cancels when beta ~ 1.
@@ -221,7 +255,7 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
         const double da = -gg * std::exp(static_cast<double>(alog[h])) * sigmoid(double(r[H_ + h]) + dtb[h]);
         dr[H_ + h] = static_cast<float>(da);
         dB[h] += da;
-        dA[h] += gg * g_[n * H_ + h];
+        dA[h] += gg * sv.g[n * H_ + h];
       }
     }
     for (i64 h = 0; h < H_; ++h) {
@@ -231,7 +265,7 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
   }
 
   // First 3HK columns of dproj.
-  ops::causal_conv1d_backward(conv_args(proj_, B, T, ds_, nullptr), dqkv, {.du = dproj, .dw = G(off_conv_)});
+  ops::causal_conv1d_backward(conv_args(sv.proj, B, T, ds_, nullptr), dqkv, {.du = dproj, .dw = G(off_conv_)});
 
   ops::linear_backward(x, P(off_w_), dproj, dx, G(off_w_), N, D_, W);
   arena.release_to(mark);
@@ -279,11 +313,11 @@ void GatedDeltaNetMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerSt
     std::fill(st.S.begin(), st.S.end(), 0.f);
   }
   auto mark = arena.mark();
-  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, arena);
+  const PrefillBuffers b = prefill_buffers(arena, B, T, max_span_ > 0);
+  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, b.span);
   // The kernel reads the initial state and writes the final one; give it a private copy of the former.
-  float* S0 = arena.floats(static_cast<i64>(st.S.size()), "gdn prefill state");
-  std::copy(st.S.begin(), st.S.end(), S0);
-  run(x, y, B, T, ds, st.conv.data(), st.conv.data(), S0, st.S.data(), false, arena);
+  std::copy(st.S.begin(), st.S.end(), b.S0);
+  run(x, y, B, T, ds, st.conv.data(), st.conv.data(), b.S0, st.S.data(), b.run, arena);
   arena.release_to(mark);
   st.pos += T;
 }

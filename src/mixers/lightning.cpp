@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/arena_count.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/fast_exp.h"
@@ -19,11 +20,6 @@ struct LightningState final : MixerState {
   std::vector<float> S;  // [B, H, hd, hd]
   i64 bytes() const override { return static_cast<i64>(S.size() * sizeof(float)); }
 };
-
-// Arena allocations are 64-byte aligned: each one may round up by up to 16 floats.
-constexpr i64 kPad = 16;
-
-inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t)) + 3) / 4; }
 
 // Activations of one row of the fused projection: silu on q|k|v (3*HK), sigmoid on the gate (HK).
 void activate_row(const float* pre, float* act, i64 HK) {
@@ -65,11 +61,16 @@ LightningMixer::LightningMixer(const MixerSpec& spec, ParamRegistry& reg) {
   off_wo_ = reg.info(reg.add(p + "o_proj.weight", {D_, HK()}, Init::Normal, spec.out_proj_init_std)).offset;
 }
 
+ops::ScalarDecayArgs<float> LightningMixer::scan_shape(i64 B, i64 T) const {
+  ops::ScalarDecayArgs<float> a;
+  a.B = B, a.T = T, a.H = H_, a.Hk = H_, a.K = hd_, a.V = hd_, a.chunk = chunk_, a.scale = 1.f;
+  return a;
+}
+
 ops::ScalarDecayArgs<float> LightningMixer::scan_args(const float* act, const float* g, i64 B, i64 T,
                                                const int32_t* doc_start, const float* init) const {
   const i64 HK = this->HK();
-  ops::ScalarDecayArgs<float> a;
-  a.B = B, a.T = T, a.H = H_, a.Hk = H_, a.K = hd_, a.V = hd_, a.chunk = chunk_, a.scale = 1.f;
+  ops::ScalarDecayArgs<float> a = scan_shape(B, T);
   a.q_stride = a.k_stride = a.v_stride = 4 * HK;
   a.q = act, a.k = act + HK, a.v = act + 2 * HK, a.g = g;
   a.initial_state = init;
@@ -77,18 +78,52 @@ ops::ScalarDecayArgs<float> LightningMixer::scan_args(const float* act, const fl
   return a;
 }
 
-i64 LightningMixer::saved_floats(i64 B, i64 T) const {
-  const i64 N = B * T, NC = (T + chunk_ - 1) / chunk_;
-  return 2 * N * 4 * HK() + N * H_ + N * HK() + N + B * H_ * NC * hd_ * hd_ + ints_as_floats(N) + 6 * kPad;
+template <class Alloc>
+LightningMixer::RunBuffers LightningMixer::run_buffers(Alloc& arena, i64 B, i64 T) const {
+  const i64 N = B * T, HK = this->HK(), W4 = 4 * HK;
+  RunBuffers b;
+  Saved& s = b.saved;
+  s.pre = arena.floats(N * W4, "lightning projections");
+  s.act = arena.floats(N * W4, "lightning activations");
+  s.g = arena.floats(N * H_, "lightning log decay");
+  s.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "lightning chunk states");
+  s.o = arena.floats(N * HK, "lightning core out");
+  s.rstd = arena.floats(N, "lightning norm rstd");
+  b.temp_mark = arena.mark();
+  b.u = arena.floats(N * HK, "lightning gated norm");
+  return b;
 }
 
-i64 LightningMixer::scratch_floats(i64 B, i64 T) const {
-  const i64 N = B * T, NC = (T + chunk_ - 1) / chunk_;
-  const i64 states = B * H_ * NC * hd_ * hd_;
-  const i64 fwd = N * HK() + B * H_ * hd_ * hd_ + kPad * 2;  // u, final-state staging (prefill)
-  // du, normalised o, u, d(projections), dg, kernel workspace (2x the chunk states).
-  const i64 bwd = 3 * N * HK() + N * 4 * HK() + N * H_ + 2 * states + 6 * kPad;
-  return std::max(fwd, bwd);
+template <class Alloc>
+LightningMixer::PrefillBuffers LightningMixer::prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const {
+  PrefillBuffers b;
+  b.span = span_buffer(arena, B, T, span);
+  b.fin = arena.floats(B * H_ * hd_ * hd_, "lightning prefill final state");
+  b.run = run_buffers(arena, B, T);
+  return b;
+}
+
+template <class Alloc>
+LightningMixer::BackwardBuffers LightningMixer::backward_buffers(Alloc& arena, i64 B, i64 T) const {
+  const i64 N = B * T, HK = this->HK();
+  BackwardBuffers b;
+  b.nrm = arena.floats(N * HK, "lightning d: normalised o");  // RMSNorm(o) * w, later d o
+  b.u = arena.floats(N * HK, "lightning d: gated norm");
+  b.du = arena.floats(N * HK, "lightning d: gated norm grad");
+  b.dpre = arena.floats(N * 4 * HK, "lightning d: projections");
+  b.dg = arena.floats(N * H_, "lightning d: log decay");
+  b.ws = arena.floats(ops::scalar_decay_backward_workspace_numel(scan_shape(B, T)), "lightning d: scan workspace");
+  return b;
+}
+
+ArenaUse LightningMixer::arena_use(i64 B, i64 T) const {
+  // Forward as forward() lists it, with a span set (the worst case).
+  return count_arena_use(
+      [&](ArenaCount& c) {
+        span_buffer(c, B, T, true);
+        c.release_to(run_buffers(c, B, T).temp_mark);
+      },
+      [&](ArenaCount& c) { backward_buffers(c, B, T); }, [&](ArenaCount& c) { prefill_buffers(c, B, T, true); });
 }
 
 FlopCount LightningMixer::flops_per_token(i64 T) const {
@@ -102,58 +137,52 @@ FlopCount LightningMixer::flops_per_token(i64 T) const {
 }
 
 void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init,
-                         float* fin, Arena& arena) {
+                         float* fin, const RunBuffers& b, Arena& arena) {
   const i64 N = B * T, HK = this->HK(), W4 = 4 * HK;
-  pre_ = arena.floats(N * W4, "lightning projections");
-  ops::linear_forward(x, P(off_w_), pre_, N, D_, W4);  // [N, 4 HK]: q | k | v | gate
-  act_ = arena.floats(N * W4, "lightning activations");
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) activate_row(pre_ + n * W4, act_ + n * W4, HK);
+  const Saved& s = saved_ = b.saved;
+  ops::linear_forward(x, P(off_w_), s.pre, N, D_, W4);  // [N, 4 HK]: q | k | v | gate
+  parallel_for(N, [&](i64 lo, i64 hi) {
+    for (i64 n = lo; n < hi; ++n) activate_row(s.pre + n * W4, s.act + n * W4, HK);
   }, 16);
-  g_ = arena.floats(N * H_, "lightning log decay");  // [N, H]
   for (i64 n = 0; n < N; ++n)
-    for (i64 h = 0; h < H_; ++h) g_[n * H_ + h] = static_cast<float>(-slopes_[h]);
+    for (i64 h = 0; h < H_; ++h) s.g[n * H_ + h] = static_cast<float>(-slopes_[h]);  // [N, H]
   ds_ = doc_start;
-  const ops::ScalarDecayArgs<float> a = scan_args(act_, g_, B, T, doc_start, init);
-  states_ = arena.floats(ops::scalar_decay_chunk_states_numel(a), "lightning chunk states");
-  o_ = arena.floats(N * HK, "lightning core out");  // [N, H, hd]
-  ops::scalar_decay_chunked_forward(a, o_, fin, states_);
-  rstd_ = arena.floats(N, "lightning norm rstd");
-  auto mark = arena.mark();
-  float* u = arena.floats(N * HK, "lightning gated norm");  // RMSNorm(o) * sigmoid(gate), [N, HK]
-  ops::rmsnorm_forward(o_, P(off_norm_), u, rstd_, N, HK, kNormEps);
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) {
+  const ops::ScalarDecayArgs<float> a = scan_args(s.act, s.g, B, T, doc_start, init);
+  ops::scalar_decay_chunked_forward(a, s.o, fin, s.states);  // o: [N, H, hd]
+  float* u = b.u;  // RMSNorm(o) * sigmoid(gate), [N, HK]
+  ops::rmsnorm_forward(s.o, P(off_norm_), u, s.rstd, N, HK, kNormEps);
+  parallel_for(N, [&](i64 lo, i64 hi) {
+    for (i64 n = lo; n < hi; ++n) {
       float* ur = u + n * HK;
-      const float* sg = act_ + n * W4 + 3 * HK;
+      const float* sg = s.act + n * W4 + 3 * HK;
 #pragma omp simd
       for (i64 i = 0; i < HK; ++i) ur[i] *= sg[i];
     }
   }, 16);
   ops::linear_forward(u, P(off_wo_), y, N, HK, D_);
-  arena.release_to(mark);
+  arena.release_to(b.temp_mark);
 }
 
 void LightningMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
-  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, arena);
-  run(x, y, s.B, s.T, ds, nullptr, nullptr, arena);
+  int32_t* span = span_buffer(arena, s.B, s.T, max_span_ > 0);
+  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, span);
+  const RunBuffers b = run_buffers(arena, s.B, s.T);
+  run(x, y, s.B, s.T, ds, nullptr, nullptr, b, arena);
 }
 
 void LightningMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
   const i64 B = s.B, T = s.T, N = B * T, HK = this->HK(), W4 = 4 * HK;
+  const Saved& sv = saved_;
   auto mark = arena.mark();
-  float* nrm = arena.floats(N * HK, "lightning d: normalised o");  // RMSNorm(o) * w, later d o
-  float* u = arena.floats(N * HK, "lightning d: gated norm");
-  float* du = arena.floats(N * HK, "lightning d: gated norm grad");
-  float* dpre = arena.floats(N * W4, "lightning d: projections");  // [N, 4 HK]
-  float* dg = arena.floats(N * H_, "lightning d: log decay");
+  const BackwardBuffers bb = backward_buffers(arena, B, T);
+  float *nrm = bb.nrm, *u = bb.u, *du = bb.du, *dpre = bb.dpre;
   // Recompute u = RMSNorm(o) w * sigmoid(gate) for the o_proj weight gradient.
   parallel_for(N, [&](i64 b, i64 e) {
     const float* w = P(off_norm_);
     for (i64 n = b; n < e; ++n) {
-      const float r = rstd_[n];
-      const float* orow = o_ + n * HK;
-      const float* sg = act_ + n * W4 + 3 * HK;
+      const float r = sv.rstd[n];
+      const float* orow = sv.o + n * HK;
+      const float* sg = sv.act + n * W4 + 3 * HK;
       float* nr = nrm + n * HK;
       float* ur = u + n * HK;
 #pragma omp simd
@@ -167,7 +196,7 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
   // u = n * sg:  d gate_pre = du n sg (1 - sg);  d n = du sg.
   parallel_for(N, [&](i64 b, i64 e) {
     for (i64 n = b; n < e; ++n) {
-      const float* sg = act_ + n * W4 + 3 * HK;
+      const float* sg = sv.act + n * W4 + 3 * HK;
       const float* nr = nrm + n * HK;
       float* dur = du + n * HK;
       float* dgate = dpre + n * W4 + 3 * HK;
@@ -179,16 +208,15 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
     }
   }, 16);
   float* d_o = nrm;  // the normalised o is no longer needed
-  ops::rmsnorm_backward(o_, P(off_norm_), rstd_, du, d_o, G(off_norm_), N, HK);
-  const ops::ScalarDecayArgs<float> a = scan_args(act_, g_, B, T, ds_, nullptr);
-  float* ws = arena.floats(ops::scalar_decay_backward_workspace_numel(a), "lightning d: scan workspace");
+  ops::rmsnorm_backward(sv.o, P(off_norm_), sv.rstd, du, d_o, G(off_norm_), N, HK);
+  const ops::ScalarDecayArgs<float> a = scan_args(sv.act, sv.g, B, T, ds_, nullptr);
   // dq | dk | dv land in the q|k|v slots of dpre (same strides as act); dg is unused (constant decay).
-  ops::scalar_decay_chunked_backward(a, states_, d_o, nullptr,
-                                     {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = dg}, ws);
+  ops::scalar_decay_chunked_backward(a, sv.states, d_o, nullptr,
+                                     {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = bb.dg}, bb.ws);
   // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
   parallel_for(N, [&](i64 b, i64 e) {
     for (i64 n = b; n < e; ++n) {
-      const float* pr = pre_ + n * W4;
+      const float* pr = sv.pre + n * W4;
       float* dr = dpre + n * W4;
 #pragma omp simd
       for (i64 i = 0; i < 3 * HK; ++i) {
@@ -232,10 +260,10 @@ void LightningMixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState&
   HLM_CHECK(B == st.B, "lightning prefill: batch {} but the state has {} rows", B, st.B);
   // A span block starting exactly at this call's first token drops the carried state.
   const bool reset0 = max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0;
-  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, arena);
-  float* fin = arena.floats(static_cast<i64>(st.S.size()), "lightning prefill final state");
-  run(x, y, B, T, ds, reset0 ? nullptr : st.S.data(), fin, arena);
-  std::copy(fin, fin + st.S.size(), st.S.begin());
+  const PrefillBuffers b = prefill_buffers(arena, B, T, max_span_ > 0);
+  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, b.span);
+  run(x, y, B, T, ds, reset0 ? nullptr : st.S.data(), b.fin, b.run, arena);
+  std::copy(b.fin, b.fin + st.S.size(), st.S.begin());
   st.pos += T;
 }
 

@@ -22,8 +22,7 @@ class LightningMixer final : public Mixer {
   char letter() const override { return 'L'; }
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
   void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;
-  i64 saved_floats(i64 B, i64 T) const override;
-  i64 scratch_floats(i64 B, i64 T) const override;
+  ArenaUse arena_use(i64 B, i64 T) const override;
   FlopCount flops_per_token(i64 T) const override;
   std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
   void step(const float* x, float* y, MixerState& state, i64 B) override;
@@ -32,12 +31,45 @@ class LightningMixer final : public Mixer {
   const std::vector<double>& slopes() const { return slopes_; }
 
  private:
-  // The whole forward on x[B, T, D] -> y, from `init` ([B, H, hd, hd] or nullptr) to `fin` (or nullptr);
-  // buffers come from `arena` and their pointers are kept in the members below for backward.
-  void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init, float* fin,
-           Arena& arena);
+  // Arena buffers, listed once per phase: forward, backward and prefill take them from the step's Arena,
+  // arena_use() counts the same lists with an ArenaCount (core/arena_count.h). Allocation order is the
+  // layout. `span`: the probe's doc_start copy (Mixer::span_buffer). Forward is span_buffer, then run_buffers.
+  struct Saved {               // kept by forward for backward
+    float* pre = nullptr;      // [B*T, 4*H*hd] projections before activation
+    float* act = nullptr;      // [B*T, 4*H*hd] silu(q|k|v) | sigmoid(gate)
+    float* g = nullptr;        // [B*T, H] log decay (-s_h)
+    float* states = nullptr;   // [B, H, NC, hd, hd] chunk-entry states
+    float* o = nullptr;        // [B*T, H*hd] kernel output
+    float* rstd = nullptr;     // [B*T] of the output RMSNorm
+  };
+  struct RunBuffers {          // one run(): the saved buffers, then a temporary freed at temp_mark
+    Saved saved;
+    std::size_t temp_mark = 0;
+    float* u = nullptr;        // [B*T, H*hd] RMSNorm(o) * sigmoid(gate)
+  };
+  struct PrefillBuffers {
+    int32_t* span = nullptr;
+    float* fin = nullptr;      // [B, H, hd, hd] final state, copied into the decoding state after run()
+    RunBuffers run;
+  };
+  struct BackwardBuffers {
+    float *nrm = nullptr, *u = nullptr, *du = nullptr;  // [B*T, H*hd] each
+    float* dpre = nullptr;     // [B*T, 4*H*hd]
+    float* dg = nullptr;       // [B*T, H]
+    float* ws = nullptr;       // the scan's backward workspace
+  };
+  template <class Alloc> RunBuffers run_buffers(Alloc& arena, i64 B, i64 T) const;
+  template <class Alloc> PrefillBuffers prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const;
+  template <class Alloc> BackwardBuffers backward_buffers(Alloc& arena, i64 B, i64 T) const;
 
-  // The scalar-decay scan's arguments on rows act [B*T, 4*H*hd] (q|k|v|gate) with log decays g [B*T, H].
+  // The whole forward on x[B, T, D] -> y, from `init` ([B, H, hd, hd] or nullptr) to `fin` (or nullptr), in
+  // buffers b (kept in saved_ for backward; b.u released to b.temp_mark before returning).
+  void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init, float* fin,
+           const RunBuffers& b, Arena& arena);
+
+  // The scalar-decay scan's sizes (what its buffer sizes depend on), and its arguments on rows act
+  // [B*T, 4*H*hd] (q|k|v|gate) with log decays g [B*T, H].
+  ops::ScalarDecayArgs<float> scan_shape(i64 B, i64 T) const;
   ops::ScalarDecayArgs<float> scan_args(const float* act, const float* g, i64 B, i64 T, const int32_t* doc_start,
                                  const float* init) const;
 
@@ -46,13 +78,7 @@ class LightningMixer final : public Mixer {
   std::vector<double> slopes_;
   static constexpr float kNormEps = 1e-6f;
   i64 HK() const { return H_ * hd_; }
-  // Saved by forward for backward (arena pointers).
-  float *pre_ = nullptr;     // [B*T, 4*H*hd] projections before activation
-  float *act_ = nullptr;     // [B*T, 4*H*hd] silu(q|k|v) | sigmoid(gate)
-  float *g_ = nullptr;       // [B*T, H] log decay (-s_h)
-  float *o_ = nullptr;       // [B*T, H*hd] kernel output
-  float *rstd_ = nullptr;    // [B*T] of the output RMSNorm
-  float *states_ = nullptr;  // [B, H, NC, hd, hd] chunk-entry states
+  Saved saved_;  // by the last forward, for backward
   const int32_t* ds_ = nullptr;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/arena_count.h"
 #include "core/error.h"
 #include "mixers/decay_init.h"
 #include "ops/matmul.h"
@@ -20,10 +21,6 @@ struct Mamba2State final : MixerState {
   std::vector<float> ssm;   // [B, nh, N, P]
   i64 bytes() const override { return static_cast<i64>((conv.size() + ssm.size()) * sizeof(float)); }
 };
-
-constexpr i64 kPad = 16;  // arena allocations round up to 64 bytes
-
-inline i64 ints_as_floats(i64 n) { return (n * static_cast<i64>(sizeof(int32_t)) + 3) / 4; }
 
 }  // namespace
 
@@ -66,10 +63,15 @@ ops::CausalConv1dArgs<float> Mamba2Mixer::conv_args(const float* pre, i64 B, i64
   return c;
 }
 
-ops::ScalarDecayArgs<float> Mamba2Mixer::scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
-                                            const int32_t* doc_start, const float* ssm_init) const {
+ops::ScalarDecayArgs<float> Mamba2Mixer::scan_shape(i64 B, i64 T) const {
   ops::ScalarDecayArgs<float> a;
   a.B = B, a.T = T, a.H = nh_, a.Hk = 1, a.K = N_, a.V = P_, a.chunk = chunk_, a.scale = 1.f;
+  return a;
+}
+
+ops::ScalarDecayArgs<float> Mamba2Mixer::scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
+                                            const int32_t* doc_start, const float* ssm_init) const {
+  ops::ScalarDecayArgs<float> a = scan_shape(B, T);
   a.q_stride = a.k_stride = Cc();
   a.q = xbc + di_ + N_, a.k = xbc + di_, a.v = v, a.g = g;
   a.initial_state = ssm_init;
@@ -83,19 +85,57 @@ void Mamba2Mixer::init_custom(Rng& rng) {
   init_a_log(rng, a_range_, init_view(off_alog_), nh_);
 }
 
-i64 Mamba2Mixer::saved_floats(i64 B, i64 T) const {
-  const i64 N = B * T, NC = (T + chunk_ - 1) / chunk_;
-  return N * Win() + N * Cc() + 2 * N * nh_ + 2 * N * di_ + N + B * nh_ * NC * N_ * P_ + ints_as_floats(N) +
-         9 * kPad;
+template <class Alloc>
+Mamba2Mixer::RunBuffers Mamba2Mixer::run_buffers(Alloc& arena, i64 B, i64 T) const {
+  const i64 N = B * T;
+  RunBuffers b;
+  Saved& s = b.saved;
+  s.pre = arena.floats(N * Win(), "mamba2 in_proj");
+  s.xbc = arena.floats(N * Cc(), "mamba2 xBC");
+  s.dt = arena.floats(N * nh_, "mamba2 dt");
+  s.g = arena.floats(N * nh_, "mamba2 log decay");
+  s.v = arena.floats(N * di_, "mamba2 dt x");
+  s.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "mamba2 chunk states");
+  s.ys = arena.floats(N * di_, "mamba2 ssm out");
+  s.rstd = arena.floats(N, "mamba2 norm rstd");
+  b.temp_mark = arena.mark();
+  b.yg = arena.floats(N * di_, "mamba2 gated y");
+  return b;
 }
 
-i64 Mamba2Mixer::scratch_floats(i64 B, i64 T) const {
-  const i64 N = B * T, NC = (T + chunk_ - 1) / chunk_;
-  const i64 states = B * nh_ * NC * N_ * P_;
-  const i64 fwd = N * di_ + B * nh_ * N_ * P_ + 2 * kPad;  // gated norm, final-state staging (prefill)
-  // yg, normalised yg / d yg, d norm / d ys, d in_proj, d xBC, dv, dg, three per-head partials, workspace.
-  const i64 bwd = 3 * N * di_ + N * Win() + N * Cc() + N * di_ + N * nh_ + 3 * N * nh_ + 2 * states + 10 * kPad;
-  return std::max(fwd, bwd);
+template <class Alloc>
+Mamba2Mixer::PrefillBuffers Mamba2Mixer::prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const {
+  PrefillBuffers b;
+  b.span = span_buffer(arena, B, T, span);
+  b.fin = arena.floats(B * nh_ * N_ * P_, "mamba2 prefill final state");
+  b.run = run_buffers(arena, B, T);
+  return b;
+}
+
+template <class Alloc>
+Mamba2Mixer::BackwardBuffers Mamba2Mixer::backward_buffers(Alloc& arena, i64 B, i64 T) const {
+  const i64 N = B * T;
+  BackwardBuffers b;
+  b.yg = arena.floats(N * di_, "mamba2 d: gated y");
+  b.nrm = arena.floats(N * di_, "mamba2 d: normalised y");  // later d yg
+  b.dn = arena.floats(N * di_, "mamba2 d: norm out grad");  // later d ys
+  b.dpre = arena.floats(N * Win(), "mamba2 d: in_proj");
+  b.dxbc = arena.floats(N * Cc(), "mamba2 d: xBC");
+  b.dv = arena.floats(N * di_, "mamba2 d: dt x");
+  b.dg = arena.floats(N * nh_, "mamba2 d: log decay");
+  b.part = arena.floats(3 * N * nh_, "mamba2 d: per-token partials");
+  b.ws = arena.floats(ops::scalar_decay_backward_workspace_numel(scan_shape(B, T)), "mamba2 d: scan workspace");
+  return b;
+}
+
+ArenaUse Mamba2Mixer::arena_use(i64 B, i64 T) const {
+  // Forward as forward() lists it, with a span set (the worst case).
+  return count_arena_use(
+      [&](ArenaCount& c) {
+        span_buffer(c, B, T, true);
+        c.release_to(run_buffers(c, B, T).temp_mark);
+      },
+      [&](ArenaCount& c) { backward_buffers(c, B, T); }, [&](ArenaCount& c) { prefill_buffers(c, B, T, true); });
 }
 
 FlopCount Mamba2Mixer::flops_per_token(i64 T) const {
@@ -109,64 +149,53 @@ FlopCount Mamba2Mixer::flops_per_token(i64 T) const {
 }
 
 void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
-                      float* conv_fin, const float* ssm_init, float* ssm_fin, Arena& arena) {
+                      float* conv_fin, const float* ssm_init, float* ssm_fin, const RunBuffers& b, Arena& arena) {
   const i64 N = B * T, Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
-  pre_ = arena.floats(N * Wi, "mamba2 in_proj");
-  ops::linear_forward(x, P(off_in_), pre_, N, D_, Wi);  // [N, Win]: z | xBC | dt
+  const Saved& s = saved_ = b.saved;
+  ops::linear_forward(x, P(off_in_), s.pre, N, D_, Wi);  // [N, Win]: z | xBC | dt
   ds_ = doc_start;
-  xbc_ = arena.floats(N * C, "mamba2 xBC");  // [N, Cc]: x | B | C after conv + SiLU
-  ops::causal_conv1d_forward(conv_args(pre_, B, T, doc_start, conv_init), xbc_, conv_fin);
-  dt_ = arena.floats(N * nh, "mamba2 dt");
-  g_ = arena.floats(N * nh, "mamba2 log decay");
-  v_ = arena.floats(N * di, "mamba2 dt x");  // [N, nh, P]
-  ops::mamba2_dt_forward(pre_ + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), xbc_, C, dt_, g_, v_, N, nh,
-                         Pd);
-  const ops::ScalarDecayArgs<float> a = scan_args(xbc_, v_, g_, B, T, doc_start, ssm_init);
-  states_ = arena.floats(ops::scalar_decay_chunk_states_numel(a), "mamba2 chunk states");
-  ys_ = arena.floats(N * di, "mamba2 ssm out");  // [N, nh, P]
-  ops::scalar_decay_chunked_forward(a, ys_, ssm_fin, states_);
-  rstd_ = arena.floats(N, "mamba2 norm rstd");
-  auto mark = arena.mark();
-  float* yg = arena.floats(N * di, "mamba2 gated y");
-  ops::mamba2_skip_gate_forward(ys_, xbc_, C, P(off_D_), pre_, Wi, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
-  ops::rmsnorm_forward(yg, P(off_norm_), yg, rstd_, N, di, kNormEps);
+  // xbc [N, Cc]: x | B | C after conv + SiLU
+  ops::causal_conv1d_forward(conv_args(s.pre, B, T, doc_start, conv_init), s.xbc, conv_fin);
+  ops::mamba2_dt_forward(s.pre + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), s.xbc, C, s.dt, s.g, s.v,
+                         N, nh, Pd);  // v [N, nh, P]
+  const ops::ScalarDecayArgs<float> a = scan_args(s.xbc, s.v, s.g, B, T, doc_start, ssm_init);
+  ops::scalar_decay_chunked_forward(a, s.ys, ssm_fin, s.states);  // ys [N, nh, P]
+  float* yg = b.yg;
+  ops::mamba2_skip_gate_forward(s.ys, s.xbc, C, P(off_D_), s.pre, Wi, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
+  ops::rmsnorm_forward(yg, P(off_norm_), yg, s.rstd, N, di, kNormEps);
   ops::linear_forward(yg, P(off_out_), y, N, di, D_);
-  arena.release_to(mark);
+  arena.release_to(b.temp_mark);
 }
 
 void Mamba2Mixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
-  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, arena);
-  run(x, y, s.B, s.T, ds, nullptr, nullptr, nullptr, nullptr, arena);
+  int32_t* span = span_buffer(arena, s.B, s.T, max_span_ > 0);
+  const int32_t* ds = span_doc_start(s.doc_start, s.B, s.T, 0, span);
+  const RunBuffers b = run_buffers(arena, s.B, s.T);
+  run(x, y, s.B, s.T, ds, nullptr, nullptr, nullptr, nullptr, b, arena);
 }
 
 void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
   const i64 B = s.B, T = s.T, N = B * T, Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
+  const Saved& sv = saved_;
   auto mark = arena.mark();
-  float* yg = arena.floats(N * di, "mamba2 d: gated y");
-  float* nrm = arena.floats(N * di, "mamba2 d: normalised y");  // later d yg
-  float* dn = arena.floats(N * di, "mamba2 d: norm out grad");  // later d ys
-  float* dpre = arena.floats(N * Wi, "mamba2 d: in_proj");      // [N, Win]
+  const BackwardBuffers bb = backward_buffers(arena, B, T);
+  float *yg = bb.yg, *nrm = bb.nrm, *dn = bb.dn, *dpre = bb.dpre, *dxbc = bb.dxbc, *part = bb.part;
   // Recompute yg = ys * silu(z) and its normalised form for the out_proj weight gradient.
   const float* wn = P(off_norm_);
-  ops::silu_gate_norm_recompute(ys_, pre_, Wi, rstd_, wn, yg, nrm, N, di);
+  ops::silu_gate_norm_recompute(sv.ys, sv.pre, Wi, sv.rstd, wn, yg, nrm, N, di);
   ops::linear_backward(nrm, P(off_out_), dy, dn, G(off_out_), N, di, D_);
   float* dyg = nrm;
-  ops::rmsnorm_backward(yg, wn, rstd_, dn, dyg, G(off_norm_), N, di);
+  ops::rmsnorm_backward(yg, wn, sv.rstd, dn, dyg, G(off_norm_), N, di);
   // yg = ys silu(z): d ys = dyg silu(z) (into dn);  dz = dyg ys silu'(z).
   float* dys = dn;
-  ops::silu_gate_backward(ys_, pre_, Wi, dyg, dys, dpre, Wi, N, di);
-  float* dxbc = arena.floats(N * C, "mamba2 d: xBC");  // [N, Cc]
-  float* dv = arena.floats(N * di, "mamba2 d: dt x");
-  float* dg = arena.floats(N * nh, "mamba2 d: log decay");
-  float* part = arena.floats(3 * N * nh, "mamba2 d: per-token partials");  // [3, N, nh]: D, A, dt_bias
-  const ops::ScalarDecayArgs<float> a = scan_args(xbc_, v_, g_, B, T, ds_, nullptr);
-  float* ws = arena.floats(ops::scalar_decay_backward_workspace_numel(a), "mamba2 d: scan workspace");
+  ops::silu_gate_backward(sv.ys, sv.pre, Wi, dyg, dys, dpre, Wi, N, di);
+  const ops::ScalarDecayArgs<float> a = scan_args(sv.xbc, sv.v, sv.g, B, T, ds_, nullptr);
   // dC and dB land in their xBC slots (q/k strides = Cc).
-  ops::scalar_decay_chunked_backward(a, states_, dys, nullptr,
-                                     {.dq = dxbc + di + N_, .dk = dxbc + di, .dv = dv, .dg = dg}, ws);
+  ops::scalar_decay_chunked_backward(a, sv.states, dys, nullptr,
+                                     {.dq = dxbc + di + N_, .dk = dxbc + di, .dv = bb.dv, .dg = bb.dg}, bb.ws);
   const float* alog = P(off_alog_);
   // dx (the x slots of dxBC), the raw dt column's gradient and the per-token terms of dD, dA, d dt_bias.
-  ops::mamba2_dt_backward(xbc_, C, dv, dys, dt_, P(off_D_), decay_rates().data(), dg, dxbc, C,
+  ops::mamba2_dt_backward(sv.xbc, C, bb.dv, dys, sv.dt, P(off_D_), decay_rates().data(), bb.dg, dxbc, C,
                           dpre + 2 * di + 2 * N_, Wi, part, N, nh, Pd);
   // Per-head parameter gradients: fixed-order sums over tokens (deterministic whatever the thread count).
   for (i64 h = 0; h < nh; ++h) {
@@ -181,7 +210,7 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
     G(off_alog_)[h] += static_cast<float>(sA * A);  // dA/dA_log = A
     G(off_dtb_)[h] += static_cast<float>(sB);
   }
-  ops::causal_conv1d_backward(conv_args(pre_, B, T, ds_, nullptr), dxbc,
+  ops::causal_conv1d_backward(conv_args(sv.pre, B, T, ds_, nullptr), dxbc,
                               {.du = dpre + di, .dw = G(off_convw_), .dbias = G(off_convb_)});
   ops::linear_backward(x, P(off_in_), dpre, dx, G(off_in_), N, D_, Wi);
   arena.release_to(mark);
@@ -222,11 +251,11 @@ void Mamba2Mixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState& st
   HLM_CHECK(B == st.B, "mamba2 prefill: batch {} but the state has {} rows", B, st.B);
   // A span block starting exactly at this call's first token drops the carried conv and SSM state.
   const bool reset0 = max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0;
-  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, arena);
-  float* fin = arena.floats(static_cast<i64>(st.ssm.size()), "mamba2 prefill final state");
-  run(x, y, B, T, ds, reset0 ? nullptr : st.conv.data(), st.conv.data(), reset0 ? nullptr : st.ssm.data(), fin,
-      arena);
-  std::copy(fin, fin + st.ssm.size(), st.ssm.begin());
+  const PrefillBuffers b = prefill_buffers(arena, B, T, max_span_ > 0);
+  const int32_t* ds = span_doc_start(nullptr, B, T, st.pos, b.span);
+  run(x, y, B, T, ds, reset0 ? nullptr : st.conv.data(), st.conv.data(), reset0 ? nullptr : st.ssm.data(), b.fin,
+      b.run, arena);
+  std::copy(b.fin, b.fin + st.ssm.size(), st.ssm.begin());
   st.pos += T;
 }
 

@@ -20,8 +20,7 @@ class Mamba2Mixer final : public Mixer {
   void init_custom(Rng& rng) override;
   void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) override;
   void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) override;
-  i64 saved_floats(i64 B, i64 T) const override;
-  i64 scratch_floats(i64 B, i64 T) const override;
+  ArenaUse arena_use(i64 B, i64 T) const override;
   FlopCount flops_per_token(i64 T) const override;
   std::unique_ptr<MixerState> new_state(i64 B, i64 max_len) const override;
   void step(const float* x, float* y, MixerState& state, i64 B) override;
@@ -41,27 +40,57 @@ class Mamba2Mixer final : public Mixer {
   i64 Win() const { return 2 * di_ + 2 * N_ + nh_; }  // in_proj rows: z | x | B | C | dt
   i64 Cc() const { return di_ + 2 * N_; }              // conv channels: x | B | C
 
+  // Arena buffers, listed once per phase: forward, backward and prefill take them from the step's Arena,
+  // arena_use() counts the same lists with an ArenaCount (core/arena_count.h). Allocation order is the
+  // layout. `span`: the probe's doc_start copy (Mixer::span_buffer). Forward is span_buffer, then run_buffers.
+  struct Saved {               // kept by forward for backward
+    float* pre = nullptr;      // [B*T, Win] in_proj output (z | xBC before conv | dt before softplus)
+    float* xbc = nullptr;      // [B*T, Cc]  silu(conv(xBC))
+    float* dt = nullptr;       // [B*T, nh]  softplus(dt + dt_bias)
+    float* g = nullptr;        // [B*T, nh]  dt * A
+    float* v = nullptr;        // [B*T, di]  dt * x
+    float* states = nullptr;   // [B, nh, NC, N, P] chunk-entry states
+    float* ys = nullptr;       // [B*T, di]  SSM output incl. D x (before the gate)
+    float* rstd = nullptr;     // [B*T]
+  };
+  struct RunBuffers {          // one run(): the saved buffers, then a temporary freed at temp_mark
+    Saved saved;
+    std::size_t temp_mark = 0;
+    float* yg = nullptr;       // [B*T, di] gated, then normalised y
+  };
+  struct PrefillBuffers {
+    int32_t* span = nullptr;
+    float* fin = nullptr;      // [B, nh, N, P] final SSM state, copied into the decoding state after run()
+    RunBuffers run;
+  };
+  struct BackwardBuffers {
+    float *yg = nullptr, *nrm = nullptr, *dn = nullptr;  // [B*T, di] each
+    float* dpre = nullptr;     // [B*T, Win]
+    float* dxbc = nullptr;     // [B*T, Cc]
+    float* dv = nullptr;       // [B*T, di]
+    float* dg = nullptr;       // [B*T, nh]
+    float* part = nullptr;     // [3, B*T, nh] per-token terms of dD, dA, d dt_bias
+    float* ws = nullptr;       // the scan's backward workspace
+  };
+  template <class Alloc> RunBuffers run_buffers(Alloc& arena, i64 B, i64 T) const;
+  template <class Alloc> PrefillBuffers prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const;
+  template <class Alloc> BackwardBuffers backward_buffers(Alloc& arena, i64 B, i64 T) const;
+
   // Forward on x[B, T, D] from (conv_init [B, 3, Cc], ssm_init [B, nh, N, P]; nullptr = zeros) to
-  // (conv_fin, ssm_fin; nullptr = not needed; conv_fin may alias conv_init, ssm_fin may not alias ssm_init).
+  // (conv_fin, ssm_fin; nullptr = not needed; conv_fin may alias conv_init, ssm_fin may not alias ssm_init), in
+  // buffers b (kept in saved_ for backward; b.yg released to b.temp_mark before returning).
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
-           float* conv_fin, const float* ssm_init, float* ssm_fin, Arena& arena);
+           float* conv_fin, const float* ssm_init, float* ssm_fin, const RunBuffers& b, Arena& arena);
   std::vector<float> decay_rates() const;  // A = -exp(A_log) per head
   // Kernel arguments on this layer's buffers: the conv over the xBC columns of the in_proj rows pre [B*T, Win];
   // the SSM scan with q = C, k = B from rows xbc [B*T, Cc], v = dt x [B*T, di] and g = dt A [B*T, nh].
   ops::CausalConv1dArgs<float> conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
                                   const float* conv_init) const;
+  ops::ScalarDecayArgs<float> scan_shape(i64 B, i64 T) const;  // the scan's sizes only (for buffer sizes)
   ops::ScalarDecayArgs<float> scan_args(const float* xbc, const float* v, const float* g, i64 B, i64 T,
                                  const int32_t* doc_start, const float* ssm_init) const;
 
-  // Saved by forward for backward (arena pointers).
-  float *pre_ = nullptr;     // [B*T, Win] in_proj output (z | xBC before conv | dt before softplus)
-  float *xbc_ = nullptr;     // [B*T, Cc]  silu(conv(xBC))
-  float *dt_ = nullptr;      // [B*T, nh]  softplus(dt + dt_bias)
-  float *g_ = nullptr;       // [B*T, nh]  dt * A
-  float *v_ = nullptr;       // [B*T, di]  dt * x
-  float *ys_ = nullptr;      // [B*T, di]  SSM output incl. D x (before the gate)
-  float *rstd_ = nullptr;    // [B*T]
-  float *states_ = nullptr;  // [B, nh, NC, N, P] chunk-entry states
+  Saved saved_;  // by the last forward, for backward
   const int32_t* ds_ = nullptr;
 };
 

@@ -17,9 +17,8 @@ void Mixer::prefill(const float* x, float* y, i64 B, i64 T, MixerState& state, A
   }
 }
 
-const int32_t* Mixer::span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, Arena& arena) const {
+const int32_t* Mixer::span_doc_start(const int32_t* doc_start, i64 B, i64 T, i64 pos0, int32_t* ds) const {
   if (max_span_ <= 0) return doc_start;
-  int32_t* ds = arena.ints(B * T, "span doc_start");
   for (i64 b = 0; b < B; ++b)
     for (i64 t = 0; t < T; ++t) {
       const i64 blk = std::max<i64>(0, t - (pos0 + t) % max_span_);  // in-row start of t's span block

@@ -6,7 +6,6 @@
 #include <limits>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -27,8 +26,21 @@ inline void exp_inplace(double* x, i64 n) {
 }
 
 // Per-thread scratch (ops/thread_scratch.h) of this file, one slot per buffer a thread holds at once; the numbers
-// are distinct across element types because Real may be double too.
-enum ScratchSlot : int { kSlotGam = 1, kSlotDgam, kSlotWork, kSlotDecay, kSlotRows, kSlotSeg };
+// are distinct across element types because Real may be double too. The workers' buffers, then the calling
+// thread's whole-call ones (the chunk decays; the chunk states or workspace when the caller passes none), apart
+// because the calling thread is also worker 0.
+enum ScratchSlot : int {
+  kSlotGam = 1, kSlotDgam, kSlotWork, kSlotDecay, kSlotRows, kSlotSeg,  // workers'
+  kSlotChunkDecays, kSlotOwn                                            // the calling thread's
+};
+
+// A whole-call buffer of n elements the caller did not pass, zeroed (as a fresh std::vector would be).
+template <typename Real>
+Real* own_buffer(i64 n) {
+  std::span<Real> s = thread_scratch_span<Real>(kSlotOwn, n);
+  std::fill(s.begin(), s.end(), Real(0));
+  return s.data();
+}
 
 // ---- resolved arguments -------------------------------------------------------------------------------
 
@@ -138,10 +150,11 @@ struct ChunkDecay {
   }
 };
 
-// eC of every (b, h, c): [B*H*NC]. Same arithmetic as ChunkDecay::compute.
+// eC of every (b, h, c): [B*H*NC], in the calling thread's scratch (every entry written). Same arithmetic as
+// ChunkDecay::compute.
 template <typename Real>
-std::vector<Real> chunk_decays(const Geo<Real>& G) {
-  std::vector<Real> out(G.B * G.H * G.NC);
+std::span<const Real> chunk_decays(const Geo<Real>& G) {
+  std::span<Real> out = thread_scratch_span<Real>(kSlotChunkDecays, G.B * G.H * G.NC);
   parallel_for(
       G.B * G.H * G.NC,
       [&](i64 lo, i64 hi) {
@@ -165,7 +178,7 @@ constexpr i64 kScanBlock = 1024;  // state elements per task in the chunk scans
 
 // states[B, H, NC, K, V] = state entering each chunk; final_state (optional) = state after the last chunk.
 template <typename Real>
-void compute_chunk_states(const Geo<Real>& G, const std::vector<Real>& eC, Real* states, Real* final_state) {
+void compute_chunk_states(const Geo<Real>& G, std::span<const Real> eC, Real* states, Real* final_state) {
   const i64 KV = G.KV(), NC = G.NC, BH = G.B * G.H;
   // 1. Each chunk's own contribution (diag(f) K)^T V, written where the scan will add the carried state:
   //    slot c+1 for chunk c, the final state for the last chunk.
@@ -429,11 +442,7 @@ void scalar_decay_chunked_forward(const ScalarDecayArgs<Real>& a, OutBuf<Real> o
   const auto G = resolve(a, "scalar_decay_chunked_forward");
   HLM_CHECK(o != nullptr, "scalar_decay_chunked_forward: o is required ({})", shape_str(a));
   const i64 KV = G.KV(), NC = G.NC, ldo = G.H * G.V;
-  std::vector<Real> own;
-  if (!chunk_states) {
-    own.resize(G.B * G.H * NC * KV);
-    chunk_states = own.data();
-  }
+  if (!chunk_states) chunk_states = own_buffer<Real>(G.B * G.H * NC * KV);
   const auto eC = chunk_decays(G);
   compute_chunk_states(G, eC, chunk_states, final_state);
 
@@ -512,7 +521,7 @@ void state_grad_own_terms(const Geo<Real>& G, const Real* dout, Real* dSo, Real*
 // Stage 2: the reverse scan over chunks, per (b, h, block of state elements):
 // dS_out(c-1) = eC_c dS_out(c) + own(c); d_initial = eC_0 dS_out(0) + own(0).
 template <typename Real>
-void state_grad_reverse_scan(const Geo<Real>& G, const std::vector<Real>& eC, const Real* d_final_state, Real* dSo,
+void state_grad_reverse_scan(const Geo<Real>& G, std::span<const Real> eC, const Real* d_final_state, Real* dSo,
                              Real* d_initial_state) {
   const i64 KV = G.KV(), NC = G.NC, BH = G.B * G.H;
   const i64 nblk = (KV + kScanBlock - 1) / kScanBlock;
@@ -722,11 +731,7 @@ void scalar_decay_chunked_backward(const ScalarDecayArgs<Real>& a, InBuf<Real> c
   HLM_CHECK(dout && dq && dk && dv && dg, "scalar_decay_chunked_backward: d_o, dq, dk, dv, dg are required ({})",
             shape_str(a));
   const i64 NC = G.NC, nstate = G.B * G.H * NC * G.KV();
-  std::vector<Real> own;
-  if (!workspace) {
-    own.resize(chunk_states ? nstate : 2 * nstate);
-    workspace = own.data();
-  }
+  if (!workspace) workspace = own_buffer<Real>(chunk_states ? nstate : 2 * nstate);
   const auto eC = chunk_decays(G);
   Real* dSo = workspace;  // [B, H, NC, K, V]: gradient of the state LEAVING each chunk
   const Real* states = chunk_states;
