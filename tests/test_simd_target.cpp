@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -57,6 +58,10 @@ TEST(SimdTarget, ReportsAndForcesEveryAvailableTarget) {
   TargetGuard guard;
   const std::vector<std::string> avail = simd_targets_available();
   ASSERT_FALSE(avail.empty());
+  // In the log, so a run on another machine or under emulation (scripts/check_arm64.sh) says which paths it tested.
+  std::string names;
+  for (const auto& t : avail) names += (names.empty() ? "" : ", ") + t;
+  std::printf("simd: running %s; available %s\n", simd_target().c_str(), names.c_str());
   for (const auto& t : avail) {
     set_simd_target(t);
     EXPECT_EQ(simd_target(), t);

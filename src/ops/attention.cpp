@@ -77,7 +77,7 @@ void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, floa
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       float* p = C + r * ldc + L * v;
-      c[r][v] = !acc ? hn::Zero(d) : (!FULL && v == NV - 1) ? hn::MaskedLoad(last, d, p) : hn::LoadU(d, p);
+      c[r][v] = !acc ? hn::Zero(d) : (!FULL && v == NV - 1) ? load_first(d, last, p, n_last) : hn::LoadU(d, p);
     }
   for (i64 k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
@@ -85,7 +85,7 @@ void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, floa
     VF bv[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v)
-      bv[v] = (!FULL && v == NV - 1) ? hn::MaskedLoad(last, d, b + L * v) : hn::LoadU(d, b + L * v);
+      bv[v] = (!FULL && v == NV - 1) ? load_first(d, last, b + L * v, n_last) : hn::LoadU(d, b + L * v);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const VF av = hn::Set(d, a[r * a_rs]);
@@ -99,7 +99,7 @@ void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, floa
     for (int v = 0; v < NV; ++v) {
       float* p = C + r * ldc + L * v;
       if (!FULL && v == NV - 1)
-        hn::BlendedStore(c[r][v], last, d, p);
+        store_first(d, c[r][v], last, p, n_last);
       else
         hn::StoreU(c[r][v], d, p);
     }
@@ -138,8 +138,8 @@ inline float dot(const float* a, const float* b, i64 n) {
   i64 i = 0;
   for (; i + L <= n; i += L) acc = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc);
   if (i < n) {
-    const auto m = hn::FirstN(d, static_cast<size_t>(n - i));
-    acc = hn::MulAdd(hn::MaskedLoad(m, d, a + i), hn::MaskedLoad(m, d, b + i), acc);
+    const size_t c = static_cast<size_t>(n - i);
+    acc = hn::MulAdd(load_part(d, a + i, c), load_part(d, b + i, c), acc);
   }
   return hn::GetLane(hn::SumOfLanes(d, acc));
 }

@@ -70,23 +70,48 @@ HWY_INLINE V logistic(D d, V x) {
 // ---- loops over a row of n elements in whole vectors and one partial tail -------------------------------------
 // The elementwise kernels (SwiGLU, RMSNorm, RoPE, conv1d) are written once as body(i, count): `count` lanes from
 // index i, count == Lanes(d) except in the tail, where loads zero the missing lanes and stores leave them untouched.
+
+// Whether Highway's MaskedLoad and BlendedStore on this target read or write lanes outside the mask. On NEON (and
+// EMU128's MaskedLoad) they are a whole-vector load, then a blend, and for BlendedStore a whole-vector store of
+// what was loaded: past the end of a row that reads, and writes back, memory the kernel does not own (a fault
+// where the row ends a page; a lost update where another thread writes the next element). Such targets copy the
+// first `count` lanes through a buffer instead. AVX2 (vmaskmov) and AVX-512 (masked moves) touch only the mask.
+constexpr bool kMaskedOpsTouchWholeVector = HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_EMU128;
+
+// The first `count` lanes from p (m = FirstN(d, count), hoisted by callers in loops), zero in the others.
+template <class D>
+HWY_INLINE hn::Vec<D> load_first(D d, hn::Mask<D> m, const hn::TFromD<D>* p, size_t count) {
+  if constexpr (kMaskedOpsTouchWholeVector) {
+    hn::TFromD<D> buf[HWY_MAX_BYTES / sizeof(hn::TFromD<D>)] = {};
+    for (size_t i = 0; i < count; ++i) buf[i] = p[i];
+    return hn::LoadU(d, buf);
+  } else {
+    return hn::MaskedLoad(m, d, p);
+  }
+}
+
+// Stores the first `count` lanes of v to p (m = FirstN(d, count)); p[count..] is not touched.
+template <class D>
+HWY_INLINE void store_first(D d, hn::Vec<D> v, hn::Mask<D> m, hn::TFromD<D>* p, size_t count) {
+  if constexpr (kMaskedOpsTouchWholeVector) {
+    hn::TFromD<D> buf[HWY_MAX_BYTES / sizeof(hn::TFromD<D>)];
+    hn::StoreU(v, d, buf);
+    for (size_t i = 0; i < count; ++i) p[i] = buf[i];
+  } else {
+    hn::BlendedStore(v, m, d, p);
+  }
+}
+
 template <class D>
 HWY_INLINE hn::Vec<D> load_part(D d, const hn::TFromD<D>* p, size_t count) {
   if (count == hn::Lanes(d)) return hn::LoadU(d, p);
-#if HWY_TARGET == HWY_EMU128
-  // EMU128's MaskedLoad reads the whole vector (past the end of the row); copy the tail instead.
-  hn::TFromD<D> buf[HWY_MAX_BYTES / sizeof(hn::TFromD<D>)] = {};
-  for (size_t i = 0; i < count; ++i) buf[i] = p[i];
-  return hn::LoadU(d, buf);
-#else
-  return hn::MaskedLoad(hn::FirstN(d, count), d, p);
-#endif
+  return load_first(d, hn::FirstN(d, count), p, count);
 }
 
 template <class D>
 HWY_INLINE void store_part(D d, hn::Vec<D> v, hn::TFromD<D>* p, size_t count) {
   if (count == hn::Lanes(d)) hn::StoreU(v, d, p);
-  else hn::BlendedStore(v, hn::FirstN(d, count), d, p);
+  else store_first(d, v, hn::FirstN(d, count), p, count);
 }
 
 template <class D, class Body>
