@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "eval/scaling.h"
 #include "model/config.h"
+#include "train/run_lock.h"
 #include "cli_harness.h"
 #include "testing.h"
 
@@ -554,6 +555,44 @@ TEST(SweepCli, JobsTrainsSeveralRunsAtOnce) {
     EXPECT_NE(e["command"].get<std::string>().find("--threads "), std::string::npos) << e.dump();
   }
   expect_error(run("sweep " + write_plan("jobs0", p).string() + " --jobs 0"), "--jobs");
+}
+
+// A run killed before its first checkpoint left run.json, config.json and metrics rows: it starts over (the
+// rows set aside), and the sweep first waits for a trainer still holding the folder's lock (one of a killed
+// sweep, saving on its way out) instead of failing on it.
+TEST(SweepCli, RunNeverCheckpointedStartsOverAfterTheLockIsFree) {
+  make_sweep_corpus();
+  json p = base_plan();
+  const fs::path out = tmp_dir() / "sweep_partial";
+  fs::remove_all(out);
+  p["out"] = out.string();
+  p["archs"] = json::array({p["archs"][1]});
+  p["sizes"] = json::array({p["sizes"][0]});
+  p["budgets"] = {2};
+  const fs::path f = write_plan("partial", p);
+  const fs::path dir = out / "nope8-s1-2";
+  fs::create_directories(dir);
+  for (const char* name : {"run.json", "config.json", "metrics.jsonl"}) std::ofstream(dir / name) << "{}\n";
+  // Another process holds the run's lock for a second, as a dying trainer would.
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    { RunLock lock(dir.string()); ::usleep(1000 * 1000); }
+    ::_exit(0);
+  }
+  ::usleep(200 * 1000);
+  Result r = run("sweep " + f.string() + " --json");
+  int st = 0;
+  ::waitpid(holder, &st, 0);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["status"], "done") << j.dump();
+  EXPECT_EQ(j["runs"][0]["command"].get<std::string>().find("--resume"), std::string::npos);
+  bool set_aside = false;
+  for (auto& e : fs::directory_iterator(dir)) set_aside |= e.path().filename().string().starts_with("metrics.jsonl.stale-");
+  EXPECT_TRUE(set_aside);
+  EXPECT_EQ(read_run(dir.string(), "val_loss").points.back().step, 2);
 }
 
 #endif  // HLM_BINARY

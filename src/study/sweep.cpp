@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include "study/json_file.h"
 #include "train/checkpoint_reader.h"
 #include "train/run_folder.h"
+#include "train/run_lock.h"
 
 namespace hlm::study {
 
@@ -64,12 +66,35 @@ std::vector<std::string> train_command(const PlannedRun& r, const SweepPlan& p, 
   return a;
 }
 
+namespace {
+
+// A trainer started by an earlier study that was killed gets SIGINT from the kernel and saves before it exits;
+// until it has, the folder is not what it will be. Wait (up to a minute) for it to let go of the run's lock.
+void wait_until_unlocked(const std::string& dir) {
+  for (int tries = 0;; ++tries) {
+    try {
+      RunLock probe(dir);
+      return;
+    } catch (const Error&) {
+      if (tries >= 600) throw;  // still held after 60 s: a live trainer, named in the message
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace
+
 void prepare_run_folder(const PlannedRun& r) {
+  wait_until_unlocked(r.dir);
   const RunOnDisk d = inspect_run(r);
-  if (d.exists && !d.has_ckpt && fs::exists(run_folder::metrics(r.dir))) {
-    fs::path old = run_folder::metrics(r.dir);
-    fs::path aside = fs::path(r.dir) / fmt::format("metrics.jsonl.stale-{}", std::time(nullptr));
-    fs::rename(old, aside);
+  if (d.exists && !d.has_ckpt) {
+    // Started but never checkpointed: nothing to continue from, so it starts over. Its metrics rows are set
+    // aside for a post-mortem; the rest (run.json, config.json) would make `train` refuse the folder.
+    if (fs::exists(run_folder::metrics(r.dir))) {
+      fs::path aside = fs::path(r.dir) / fmt::format("metrics.jsonl.stale-{}", std::time(nullptr));
+      fs::rename(run_folder::metrics(r.dir), aside);
+    }
+    clear_run(r.dir);
   }
   fs::create_directories(r.dir);
 }
@@ -144,9 +169,9 @@ SweepOutcome run_sweep(const SweepPlan& p, bool quiet, const SweepShare& share) 
       if (!quiet) fmt::print(stderr, "{}: done (step {}), skipped\n", tag, r.steps);
       return;
     }
-    RunOnDisk d = inspect_run(r);  // again: an earlier run of this sweep cannot have changed it, but be exact
-    const bool resume = d.has_ckpt;
     prepare_run_folder(r);
+    const RunOnDisk d = inspect_run(r);  // after: a trainer of a killed sweep may have saved in the meantime
+    const bool resume = d.has_ckpt;
     auto cmd = train_command(r, p, resume);
     if (share.threads > 0 && !has_flag(r.train_args, "--threads"))
       cmd.insert(cmd.end(), {"--threads", std::to_string(share.threads)});

@@ -20,8 +20,9 @@ struct RunOnDisk {
 };
 RunOnDisk inspect_run(const PlannedRun& r);
 
-// Before (re)starting a run: creates its folder; a run started but never checkpointed starts over, its old
-// metrics rows set aside (metrics.jsonl.stale-<time>) so they are not mixed in.
+// Before (re)starting a run: waits for a trainer still saving into the folder (one of a killed study) to let go
+// of its lock, creates the folder; a run started but never checkpointed starts over, its old metrics rows set
+// aside (metrics.jsonl.stale-<time>) so they are not mixed in.
 void prepare_run_folder(const PlannedRun& r);
 
 // The `hybridlm train ...` arguments (without the program name) that start or resume a run.
