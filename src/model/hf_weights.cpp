@@ -170,7 +170,7 @@ std::vector<std::pair<std::string, Shape>> qwen3next_shapes(const ParamRegistry&
   return out;
 }
 
-void write_qwen3next(Model& m, const std::string& path) {
+void write_qwen3next(const Model& m, const std::string& path) {
   const ParamRegistry& reg = m.registry();
   std::map<std::string, std::vector<float>> bufs;
   const auto shapes = qwen3next_shapes(reg);
@@ -232,12 +232,11 @@ void load_qwen3next(const std::string& hf_dir, Model& m, bool tied_embeddings) {
 }  // namespace
 
 void write_hf_weights(const Model& model, const std::string& architecture, const std::string& path) {
-  Model& m = const_cast<Model&>(model);
-  if (architecture == "Qwen3NextForCausalLM") return write_qwen3next(m, path);
+  if (architecture == "Qwen3NextForCausalLM") return write_qwen3next(model, path);
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
   for (const auto& p : model.registry().all())
-    w.add_f32(hf_tensor_name(architecture, p.name), p.shape, m.params() + p.offset);
+    w.add_f32(hf_tensor_name(architecture, p.name), p.shape, model.params() + p.offset);
   w.write(path);
 }
 

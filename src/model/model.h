@@ -45,6 +45,7 @@ class Model {
   ParamRegistry& registry() { return reg_; }
   const ParamRegistry& registry() const { return reg_; }
   float* params() { return store_.data.data(); }
+  const float* params() const { return store_.data.data(); }
   float* grads() { return store_.grad.data(); }
   i64 param_floats() const { return reg_.total_floats(); }
   i64 num_params() const { return reg_.count(); }

@@ -27,16 +27,15 @@ std::string save_checkpoint(const std::string& run_dir, long step, const Model& 
   fs::create_directories(tmp_dir);
 
   const auto& reg = model.registry();
-  Model& m = const_cast<Model&>(model);
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
-  for (const auto& p : reg.all()) w.add_f32(p.name, p.shape, m.params() + p.offset);
+  for (const auto& p : reg.all()) w.add_f32(p.name, p.shape, model.params() + p.offset);
   w.write(run_folder::model_weights(tmp_dir).string());
   if (opt) {
     SafeTensorsWriter o;
     o.set_metadata("step", std::to_string(opt->steps()));
-    auto& mm = const_cast<AdamW*>(opt)->m();
-    auto& vv = const_cast<AdamW*>(opt)->v();
+    const auto& mm = opt->m();
+    const auto& vv = opt->v();
     for (const auto& p : reg.all()) {
       o.add_f32("exp_avg." + p.name, p.shape, mm.data() + p.offset);
       o.add_f32("exp_avg_sq." + p.name, p.shape, vv.data() + p.offset);

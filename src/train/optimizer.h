@@ -23,6 +23,8 @@ class AdamW {
   void set_steps(i64 t) { t_ = t; }
   aligned_vector<float>& m() { return m_; }
   aligned_vector<float>& v() { return v_; }
+  const aligned_vector<float>& m() const { return m_; }
+  const aligned_vector<float>& v() const { return v_; }
   const AdamWConfig& config() const { return cfg_; }
   // Restores exp_avg.<name> / exp_avg_sq.<name> for every parameter (hlm::Error when missing).
   void load_moments(const SafeTensorsFile& f);
