@@ -71,6 +71,11 @@ TEST(MixerGates, Mamba2DtForwardMatchesReference) {
   EXPECT_THROW(ops::mamba2_dt_forward(raw.data(), H - 1, bias.data(), A.data(), x.data(), xs, dt.data(), g.data(),
                                       v.data(), N, H, P),
                Error);
+  // The backward's recompute of v from dt and x gives the forward's bits (Mamba-2 does not keep v).
+  auto v2 = nan_vec(N * H * P);
+  ops::mamba2_dt_scale_x(dt.data(), x.data(), xs, v2.data(), N, H, P);
+  for (i64 i = 0; i < N * H * P; ++i) ASSERT_EQ(v2[i], v[i]) << "index " << i;
+  EXPECT_THROW(ops::mamba2_dt_scale_x(dt.data(), x.data(), H * P - 1, v2.data(), N, H, P), Error);
 }
 
 TEST(MixerGates, Mamba2DtBackwardMatchesFiniteDifferences) {

@@ -94,11 +94,11 @@ Mamba2Mixer::RunBuffers Mamba2Mixer::run_buffers(Alloc& arena, i64 B, i64 T) con
   s.xbc = arena.floats(N * Cc(), "mamba2 xBC");
   s.dt = arena.floats(N * nh_, "mamba2 dt");
   s.g = arena.floats(N * nh_, "mamba2 log decay");
-  s.v = arena.floats(N * di_, "mamba2 dt x");
   s.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "mamba2 chunk states");
   s.ys = arena.floats(N * di_, "mamba2 ssm out");
   s.rstd = arena.floats(N, "mamba2 norm rstd");
   b.temp_mark = arena.mark();
+  b.v = arena.floats(N * di_, "mamba2 dt x");
   b.yg = arena.floats(N * di_, "mamba2 gated y");
   return b;
 }
@@ -156,9 +156,9 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
   ds_ = doc_start;
   // xbc [N, Cc]: x | B | C after conv + SiLU
   ops::causal_conv1d_forward(conv_args(s.pre, B, T, doc_start, conv_init), s.xbc, conv_fin);
-  ops::mamba2_dt_forward(s.pre + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), s.xbc, C, s.dt, s.g, s.v,
+  ops::mamba2_dt_forward(s.pre + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), s.xbc, C, s.dt, s.g, b.v,
                          N, nh, Pd);  // v [N, nh, P]
-  const ops::ScalarDecayArgs<float> a = scan_args(s.xbc, s.v, s.g, B, T, doc_start, ssm_init);
+  const ops::ScalarDecayArgs<float> a = scan_args(s.xbc, b.v, s.g, B, T, doc_start, ssm_init);
   ops::scalar_decay_chunked_forward(a, s.ys, ssm_fin, s.states);  // ys [N, nh, P]
   float* yg = b.yg;
   ops::mamba2_skip_gate_forward(s.ys, s.xbc, C, P(off_D_), s.pre, Wi, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
@@ -189,7 +189,10 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   // yg = ys silu(z): d ys = dyg silu(z) (into dn);  dz = dyg ys silu'(z).
   float* dys = dn;
   ops::silu_gate_backward(sv.ys, sv.pre, Wi, dyg, dys, dpre, Wi, N, di);
-  const ops::ScalarDecayArgs<float> a = scan_args(sv.xbc, sv.v, sv.g, B, T, ds_, nullptr);
+  // The scan's values v = dt x again, into yg's buffer (free from here): the forward's products, the same bits.
+  float* v = yg;
+  ops::mamba2_dt_scale_x(sv.dt, sv.xbc, C, v, N, nh, Pd);
+  const ops::ScalarDecayArgs<float> a = scan_args(sv.xbc, v, sv.g, B, T, ds_, nullptr);
   // dC and dB land in their xBC slots (q/k strides = Cc).
   ops::scalar_decay_chunked_backward(a, sv.states, dys, nullptr,
                                      {.dq = dxbc + di + N_, .dk = dxbc + di, .dv = bb.dv, .dg = bb.dg}, bb.ws);

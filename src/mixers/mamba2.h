@@ -48,7 +48,6 @@ class Mamba2Mixer final : public Mixer {
     float* xbc = nullptr;      // [B*T, Cc]  silu(conv(xBC))
     float* dt = nullptr;       // [B*T, nh]  softplus(dt + dt_bias)
     float* g = nullptr;        // [B*T, nh]  dt * A
-    float* v = nullptr;        // [B*T, di]  dt * x
     float* states = nullptr;   // [B, nh, NC, N, P] chunk-entry states
     float* ys = nullptr;       // [B*T, di]  SSM output incl. D x (before the gate)
     float* rstd = nullptr;     // [B*T]
@@ -56,6 +55,7 @@ class Mamba2Mixer final : public Mixer {
   struct RunBuffers {          // one run(): the saved buffers, then a temporary freed at temp_mark
     Saved saved;
     std::size_t temp_mark = 0;
+    float* v = nullptr;        // [B*T, di] dt * x, the scan's values (backward recomputes them from dt and x)
     float* yg = nullptr;       // [B*T, di] gated, then normalised y
   };
   struct PrefillBuffers {
@@ -64,7 +64,7 @@ class Mamba2Mixer final : public Mixer {
     RunBuffers run;
   };
   struct BackwardBuffers {
-    float *yg = nullptr, *nrm = nullptr, *dn = nullptr;  // [B*T, di] each
+    float *yg = nullptr, *nrm = nullptr, *dn = nullptr;  // [B*T, di] each; yg later holds the recomputed v
     float* dpre = nullptr;     // [B*T, Win]
     float* dxbc = nullptr;     // [B*T, Cc]
     float* dv = nullptr;       // [B*T, di]

@@ -61,6 +61,14 @@ void mamba2_dt_forward_impl(const float* raw, i64 raw_stride, const float* dt_bi
   }, 16);
 }
 
+void mamba2_dt_scale_x_impl(const float* dt, const float* x, i64 x_stride, float* v, i64 N, i64 H, i64 P) {
+  parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
+    for (i64 n = b; n < e; ++n)
+      for (i64 h = 0; h < H; ++h) scale_row(d, dt[n * H + h], x + n * x_stride + h * P, v + (n * H + h) * P, P);
+  }, 16);
+}
+
 void mamba2_skip_gate_forward_impl(float* y, const float* x, i64 x_stride, const float* D, const float* z,
                                    i64 z_stride, float* out, i64 N, i64 H, i64 P) {
   const i64 F = H * P;
@@ -247,6 +255,7 @@ HWY_AFTER_NAMESPACE();
 namespace hlm::ops {
 
 HWY_EXPORT(mamba2_dt_forward_impl);
+HWY_EXPORT(mamba2_dt_scale_x_impl);
 HWY_EXPORT(mamba2_skip_gate_forward_impl);
 HWY_EXPORT(silu_gate_norm_recompute_impl);
 HWY_EXPORT(silu_gate_backward_impl);
@@ -260,6 +269,13 @@ void mamba2_dt_forward(const float* raw, i64 raw_stride, const float* dt_bias, c
             "mamba2_dt_forward: bad shape N={} H={} P={} raw_stride={} x_stride={}", N, H, P, raw_stride, x_stride);
   init_simd();
   HWY_DYNAMIC_DISPATCH(mamba2_dt_forward_impl)(raw, raw_stride, dt_bias, A, x, x_stride, dt, g, v, N, H, P);
+}
+
+void mamba2_dt_scale_x(const float* dt, const float* x, i64 x_stride, float* v, i64 N, i64 H, i64 P) {
+  HLM_CHECK(N >= 0 && H > 0 && P > 0 && x_stride >= H * P, "mamba2_dt_scale_x: bad shape N={} H={} P={} x_stride={}",
+            N, H, P, x_stride);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(mamba2_dt_scale_x_impl)(dt, x, x_stride, v, N, H, P);
 }
 
 void mamba2_skip_gate_forward(float* y, const float* x, i64 x_stride, const float* D, const float* z, i64 z_stride,

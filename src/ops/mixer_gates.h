@@ -15,6 +15,10 @@ namespace hlm::ops {
 void mamba2_dt_forward(const float* raw, i64 raw_stride, const float* dt_bias, const float* A, const float* x,
                        i64 x_stride, float* dt, float* g, float* v, i64 N, i64 H, i64 P);
 
+// The value rows alone, v[n, h*P + p] = dt[n, h] x[n*x_stride + h*P + p]: the same products as
+// mamba2_dt_forward's v, so the same bits (backward recomputes v with it instead of keeping it).
+void mamba2_dt_scale_x(const float* dt, const float* x, i64 x_stride, float* v, i64 N, i64 H, i64 P);
+
 // y[n, h*P + p] += D[h] x[n*x_stride + h*P + p] (y [N, H*P], updated in place: the skip is part of the saved
 // scan output), then out = y * silu(z) with z rows at z_stride. out may alias y.
 void mamba2_skip_gate_forward(float* y, const float* x, i64 x_stride, const float* D, const float* z, i64 z_stride,
