@@ -70,7 +70,7 @@ AttentionMixer::Saved AttentionMixer::saved_buffers(Alloc& arena, i64 B, i64 T) 
   Saved s;
   s.qkv = arena.floats(N * W3, "attention qkv");
   if (qk_norm_) {
-    s.qkv_pre_norm = arena.floats(N * W3, "attention qkv pre-norm");
+    s.qk_pre_norm = arena.floats(N * (H_ + Hkv_) * hd_, "attention qk pre-norm");
     s.qk_rstd = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
   }
   s.o = arena.floats(N * H_ * hd_, "attention out");
@@ -160,7 +160,12 @@ void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& 
   ensure_rope(s.T);
   const Saved& sv = saved_ = saved_buffers(arena, s.B, s.T);
   ops::linear_forward(x, P(off_wqkv_), sv.qkv, N, D_, W3);  // [N, (H + 2 Hkv) hd]
-  if (qk_norm_) std::memcpy(sv.qkv_pre_norm, sv.qkv, sizeof(float) * N * W3);
+  if (qk_norm_) {
+    const i64 QK = (H_ + Hkv_) * hd_;
+    parallel_for(N, [&](i64 b, i64 e) {
+      for (i64 n = b; n < e; ++n) std::memcpy(sv.qk_pre_norm + n * QK, sv.qkv + n * W3, sizeof(float) * QK);
+    });
+  }
   norm_and_rope(sv.qkv, sv.qk_rstd, s.B, s.T, -1, nullptr);
   ops::attention_forward(attention_args(sv.qkv, s.B, s.T, s.doc_start), sv.o, sv.lse);
   ops::linear_forward(sv.o, P(off_wo_), y, N, H_ * hd_, D_);
@@ -187,7 +192,7 @@ void AttentionMixer::backward(const float* x, const float* dy, float* dx, const 
       const int th = omp_get_thread_num();
       std::vector<float> tmp(static_cast<size_t>(std::max(H_, Hkv_) * hd_));
       for (i64 n = b; n < e; ++n) {
-        const float* pre = sv.qkv_pre_norm + n * W3;
+        const float* pre = sv.qk_pre_norm + n * (H_ + Hkv_) * hd_;
         float* drow = dqkv + n * W3;
         const float* rs = sv.qk_rstd + n * (H_ + Hkv_);
         ops::rmsnorm_backward(pre, P(off_qn_), rs, drow, tmp.data(), dwq.data() + th * hd_, H_, hd_);

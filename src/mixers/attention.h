@@ -57,7 +57,7 @@ class AttentionMixer final : public Mixer {
   // layout.
   struct Saved {                    // kept by forward for backward
     float* qkv = nullptr;           // [B*T, qkv_width()] q | k | v after QK norm and RoPE
-    float* qkv_pre_norm = nullptr;  // [B*T, qkv_width()] before the QK norm (qk_norm only)
+    float* qk_pre_norm = nullptr;  // [B*T, (H + Hkv) hd]: q | k before the QK norm (qk_norm only; v needs none)
     float* qk_rstd = nullptr;       // [B*T, H + Hkv] the QK norm's 1/rms (qk_norm only)
     float* o = nullptr;             // [B*T, H*hd]
     float* lse = nullptr;           // [B, H, T] log-sum-exp of the scores
