@@ -44,6 +44,31 @@ BENCHMARK(BM_Matmul)
     ->UseRealTime()
     ->Name("BM_MatmulStudySmall");
 
+// The three products of one linear layer y = x W^T (forward NT; backward dx = dy W, NN; dW += dy^T x, TN) at the
+// study's small shapes: args trans_a, trans_b, M, N, K.
+void BM_MatmulLayout(benchmark::State& st) {
+  const bool ta = st.range(0) != 0, tb = st.range(1) != 0;
+  const i64 M = st.range(2), N = st.range(3), K = st.range(4);
+  auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
+  std::vector<float> C(M * N);
+  for (auto _ : st) {
+    hlm::ops::matmul(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MatmulLayout)
+    ->ArgNames({"ta", "tb", "M", "N", "K"})
+    ->Args({0, 1, 2048, 768, 128})   // MLP gate|up forward
+    ->Args({0, 0, 2048, 128, 768})   // its dx
+    ->Args({1, 0, 768, 128, 2048})   // its dW
+    ->Args({0, 1, 2048, 128, 384})   // MLP down forward
+    ->Args({0, 0, 2048, 384, 128})   // its dx
+    ->Args({1, 0, 128, 384, 2048})   // its dW
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void BM_LmHeadCE(benchmark::State& st) {
   const i64 N = st.range(0), D = st.range(1), V = st.range(2);
   auto h = randn(N * D, 3, 1.0), W = randn(V * D, 4, 0.05);
