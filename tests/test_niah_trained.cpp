@@ -124,9 +124,11 @@ i64 prompt_length() { return NiahMixStream::prompt_length(kT); }
 // `pattern` trained on NIAH rows; shared by the tests (trained once per process). Recipe: the std 0.06 init
 // of test_recall.cpp (at d_model 64 the 0.02 init sits on a long plateau), QK-norm in the full-attention
 // layer (without it the value copy had not formed after 2500 steps at length 128), AdamW lr 3e-3 constant,
-// 1000 steps of 16 rows. Measured with this tokenizer: SF scores 1.000 for init seeds 1, 2, 3 at 1000 steps;
-// seeds 2 and 3 already at 500, seed 1 at 900 but not at 700 (lr 5e-3 was worse: seeds 1 and 3 at chance
-// after 700 steps).
+// 1000 steps of 16 rows, init seed 2. Measured with this tokenizer: SF scores 1.000 for init seeds 1, 2, 3 at
+// 1000 steps on AVX2; seeds 2 and 3 already at 500, seed 1 at 900 but not at 700 (lr 5e-3 was worse: seeds 1 and
+// 3 at chance after 700 steps). Seed 1 sat on that edge: on AVX-512 (Zen 4) and the portable fallback, whose
+// rounding differs (gradients agree with AVX2's to 5e-7 relative), it scored 0.000 after 1000 steps (AVX-512 still
+// 0.025 after 2000). Seeds 2 and 3 score 1.000 at 1000 steps on AVX2, AVX-512 and the fallback alike.
 Model& trained(const std::string& pattern) {
   Fixture& f = fx();
   auto it = f.models.find(pattern);
@@ -136,7 +138,7 @@ Model& trained(const std::string& pattern) {
             {"max_seq_len", kMaxLen}, {"pattern", pattern}, {"window", kWindow},
             {"layer_types", {{"F", {{"qk_norm", true}}}}}};
   auto m = std::make_unique<Model>(ModelConfig::from_json(j, "niah trained test"));
-  m->init(1);
+  m->init(2);
   for (const auto& p : m->registry().all())
     if (p.init == Init::Normal)
       for (i64 i = 0; i < p.shape.numel(); ++i) m->params()[p.offset + i] *= 3.0f;
