@@ -1,5 +1,6 @@
 // Micro-benchmarks of the dense hot ops: sgemm at the bench-config qkv projection shape and 2048^3, and
-// the fused LM-head cross-entropy (forward + backward) at N=8192, D=256, V=4096.
+// the fused LM-head cross-entropy (forward + backward) at N=8192, D=256, V=4096; the same under --precision bf16
+// (BM_MatmulBf16: the bf16 product alone; BM_LinearBf16: linear_forward with its operand rounding; BM_LmHeadCE/1).
 // Counters: GFLOP/s = useful flops / wall time (matmul 2MNK; CE forward 2NDV, backward 3 x 2NDV).
 #include <benchmark/benchmark.h>
 
@@ -8,6 +9,8 @@
 #include "core/rng.h"
 #include "ops/cross_entropy.h"
 #include "ops/matmul.h"
+#include "ops/matmul_bf16.h"
+#include "ops/precision.h"
 
 using hlm::i64;
 
@@ -69,8 +72,45 @@ BENCHMARK(BM_MatmulLayout)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// bf16 x bf16 -> fp32 at the BM_Matmul shapes, operands already rounded (the GEMM peak of --precision bf16).
+void BM_MatmulBf16(benchmark::State& st) {
+  if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
+  const i64 M = st.range(0), N = st.range(1), K = st.range(2);
+  std::vector<hlm::ops::bf16> A(M * K), B(N * K);
+  hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
+  hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
+  std::vector<float> C(M * N);
+  for (auto _ : st) {
+    hlm::ops::matmul_bf16(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+  st.SetLabel(hlm::ops::matmul_bf16_impl(false, true, M, N, K));
+}
+BENCHMARK(BM_MatmulBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// linear_forward under bf16: rounding x and W to bf16 at every call, then the product (what a layer pays).
+void BM_LinearBf16(benchmark::State& st) {
+  if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
+  const hlm::ops::PrecisionScope bf(hlm::ops::Precision::bf16, /*allow_emulated=*/true);
+  const i64 M = st.range(0), N = st.range(1), K = st.range(2);
+  auto x = randn(M * K, 1, 1.0), W = randn(N * K, 2, 1.0);
+  std::vector<float> y(M * N);
+  for (auto _ : st) {
+    hlm::ops::linear_forward(x.data(), W.data(), y.data(), M, K, N);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_LinearBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Args N, D, V, bf16 (0 = fp32, 1 = --precision bf16).
 void BM_LmHeadCE(benchmark::State& st) {
   const i64 N = st.range(0), D = st.range(1), V = st.range(2);
+  if (st.range(3) && !hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
+  const hlm::ops::PrecisionScope prec(st.range(3) ? hlm::ops::Precision::bf16 : hlm::ops::Precision::fp32, true);
   auto h = randn(N * D, 3, 1.0), W = randn(V * D, 4, 0.05);
   std::vector<int32_t> tg(N);
   hlm::Rng r(5);
@@ -84,6 +124,6 @@ void BM_LmHeadCE(benchmark::State& st) {
   st.counters["GFLOP/s"] = benchmark::Counter(8.0 * N * D * V, benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_LmHeadCE)->Args({8192, 256, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LmHeadCE)->Args({8192, 256, 4096, 0})->Args({8192, 256, 4096, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

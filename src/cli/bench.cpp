@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/simd_target.h"
 #include "core/timer.h"
+#include "ops/precision.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
 
@@ -26,6 +27,7 @@ Command register_bench(CLI::App& app) {
     int steps = 5, warmup = 2, threads = 0;
     double max_memory = 0;
     bool json = false, recompute = false;
+    std::string precision = "fp32";
     double bucket_mb = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -44,6 +46,7 @@ Command register_bench(CLI::App& app) {
   sub->add_flag("--json", o->json, "print a JSON result on stdout");
   sub->add_flag("--recompute", o->recompute, "activation recomputation per block (as train --recompute)");
   add_threads_flag(sub, &o->threads);
+  add_precision_flag(sub, &o->precision);
   add_max_memory_flag(sub, &o->max_memory);
   return {sub, [o]() -> int {
             const int world = dist::world_size();
@@ -60,6 +63,7 @@ Command register_bench(CLI::App& app) {
             mem.seq_len = o->seq_len;
             mem.recompute = o->recompute;
             check_memory("bench", cfg, mem, o->max_memory);
+            const ops::PrecisionScope precision(ops::parse_precision(o->precision, "--precision"));
             Model model(cfg);
             model.init(1);
             model.set_recompute(o->recompute);
@@ -100,7 +104,7 @@ Command register_bench(CLI::App& app) {
                                 {"step_ms_min", ms.front()}, {"step_ms_max", ms.back()},
                                 {"train_tokens_per_s", tps}, {"train_flops_per_token", f.train_per_token},
                                 {"train_gflops", tps * f.train_per_token / 1e9}, {"peak_rss_mb", peak_rss_mb()},
-                                {"recompute", o->recompute}, {"arena_mb", model.arena_bytes() / 1048576.0},
+                                {"recompute", o->recompute}, {"precision", o->precision}, {"arena_mb", model.arena_bytes() / 1048576.0},
                                 {"arena_used_mb", model.arena_high_water() / 1048576.0},
                                 {"threads", omp_get_max_threads()}, {"mpi", dist::backend()},
                                 {"ranks", world}, {"allreduce_ms", comm_ms[comm_ms.size() / 2]},

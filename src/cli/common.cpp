@@ -50,6 +50,14 @@ void add_threads_flag(CLI::App* app, int* threads) {
   app->add_option("--threads", *threads, "OpenMP threads (0 = all cores)")->default_val(0)->check(in_range(0, 4096));
 }
 
+void add_precision_flag(CLI::App* app, std::string* precision) {
+  app->add_option("--precision", *precision,
+                  "matmul precision: fp32, or bf16 (bf16 operands, fp32 accumulation, weights and optimizer state; "
+                  "needs AVX512_BF16 or AMX)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+}
+
 void add_max_memory_flag(CLI::App* app, double* gib) {
   app->add_option("--max-memory", *gib, "most memory this command may use, in GiB (default: the machine's)")
       ->check(in_range(0.001, 1e9));

@@ -33,6 +33,9 @@ void add_max_memory_flag(CLI::App* app, double* gib);
 // when it is over --max-memory or the machine's memory. `what` names the work ("training", "generate").
 void check_memory(const std::string& what, const ModelConfig& cfg, const MemoryUse& use, double max_memory_gib);
 
+// --precision fp32|bf16: the matmul precision (ops/precision.h; bf16 only where the CPU has it natively).
+void add_precision_flag(CLI::App* app, std::string* precision);
+
 // --threads N (0 = all cores): sets OpenMP's thread count.
 void add_threads_flag(CLI::App* app, int* threads);
 void apply_threads(int threads);

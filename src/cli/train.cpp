@@ -37,6 +37,7 @@ struct TrainOpts {
   double mix_niah = 0, max_memory = 0;
   double bucket_mb = 0;  // MPI all-reduce bucket (MiB)
   std::string mix_haystack = "corpus";
+  std::string precision = "fp32";
   std::vector<std::string> evals;
 };
 
@@ -86,6 +87,14 @@ void apply_run_settings(const CLI::App& sub, const nlohmann::json& run, TrainCon
   keep(rt, "--mix-haystack", "mix_haystack", o.mix_haystack);
   if (!rt.contains("niah_digits")) digits = 7;  // runs from before the flag used 7
   keep(rt, "--niah-digits", "niah_digits", digits);
+  // The precision is how the run computes, not what it is: a resume may change it (a machine without bf16).
+  if (sub.count("--precision") == 0 && rt.contains("precision") && rt["precision"].is_string()) {
+    o.precision = rt["precision"].get<std::string>();
+    t.precision = ops::parse_precision(o.precision, o.out + "/run.json: field 'train.precision'");
+    if (t.precision == ops::Precision::bf16 && !ops::bf16_native_missing().empty())
+      fail("{}/run.json: the run trained with train.precision = bf16, but {}; resume it with --precision fp32",
+           o.out, ops::bf16_native_missing());
+  }
 }
 
 // Flags of what is trained: the model, the data and the optimization.
@@ -142,6 +151,7 @@ void add_run_flags(CLI::App* sub, TrainOpts& o) {
   sub->add_option("--mix-haystack", o.mix_haystack, "haystack of mixed-in NIAH rows: corpus | noise")
       ->capture_default_str();
   add_niah_digits_flag(sub, &o.niah_digits);
+  add_precision_flag(sub, &o.precision);
   sub->add_option("--eval", o.evals, "extra evaluations at each eval step: longppl, niah")->delimiter(',');
   auto* resume_flag = sub->add_flag(
       "--resume", o.resume,
@@ -171,6 +181,9 @@ TrainConfig train_config(const TrainOpts& o) {
   t.out_dir = o.out;
   t.check_numerics = o.check_numerics;
   t.recompute = o.recompute;
+  t.precision = ops::parse_precision(o.precision, "--precision");
+  if (t.precision == ops::Precision::bf16 && !ops::bf16_native_missing().empty())
+    fail("--precision bf16: {}; use --precision fp32", ops::bf16_native_missing());
   t.quiet = o.quiet;
   t.adamw.lr = t.schedule.lr;
   if (t.schedule.warmup < 0) t.schedule.warmup = std::max(1L, std::min(100L, t.steps / 10));
@@ -282,7 +295,7 @@ void write_run_folder(const TrainOpts& o, const TrainConfig& t, RunStart& r, con
                     {"global_batch", t.batch * t.grad_accum * world}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
                     {"warmup", t.schedule.warmup}, {"decay_fraction", t.schedule.decay_fraction},
                     {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.adamw.grad_clip},
-                    {"seed", t.seed}};
+                    {"seed", t.seed}, {"precision", ops::precision_name(t.precision)}};
   write_file_atomic(run_folder::run_json(o.out).string(), r.run.dump(2) + "\n");
 }
 

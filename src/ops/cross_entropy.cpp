@@ -12,6 +12,8 @@
 #include "core/parallel.h"
 #include "core/simd_target.h"
 #include "ops/matmul.h"
+#include "ops/matmul_bf16.h"
+#include "ops/precision.h"
 
 #include "core/simd_config.h"  // before any Highway header
 
@@ -117,6 +119,29 @@ void check_args(const char* op, const int32_t* targets, i64 N, i64 D, i64 V, con
               D);
 }
 
+// The head's operands under --precision bf16 (ops/precision.h): h and W rounded once per call, in the calling
+// thread, before the tiles fan out; both null under fp32.
+struct Bf16Operands {
+  const bf16* h = nullptr;
+  const bf16* W = nullptr;
+  Bf16Operands(const float* h32, const float* W32, i64 N, i64 D, i64 V) {
+    if (precision() != Precision::bf16 || N == 0) return;
+    thread_local std::vector<bf16> hb, Wb;
+    if (hb.size() < static_cast<size_t>(N * D)) hb.resize(static_cast<size_t>(N * D));
+    if (Wb.size() < static_cast<size_t>(V * D)) Wb.resize(static_cast<size_t>(V * D));
+    round_to_bf16(h32, N, D, D, hb.data());
+    round_to_bf16(W32, V, D, D, Wb.data());
+    h = hb.data(), W = Wb.data();
+  }
+};
+
+// logits tile[rows, cols] = h[rb : rb + rows] W[v0 : v0 + cols]^T, in the matmul precision.
+void logits_tile(const float* h, const float* W, const Bf16Operands& b, i64 rb, i64 rows, i64 v0, i64 cols, i64 D,
+                 float* tile, i64 ldt) {
+  if (b.h) matmul_bf16(false, true, rows, cols, D, 1.f, b.h + rb * D, D, b.W + v0 * D, D, 0.f, tile, ldt);
+  else matmul(false, true, rows, cols, D, 1.f, h + rb * D, D, W + v0 * D, D, 0.f, tile, ldt);
+}
+
 // Row range of group g out of G over n items.
 inline i64 split(i64 n, i64 g, i64 G) { return n * g / G; }
 
@@ -140,6 +165,7 @@ double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets
   const Grid g = choose_grid(N, D, V, tl);
   const i64 R = tl.rows, C = tl.cols, ldt = tile_ld(tl);
   const i64 nchunks = (V + C - 1) / C;
+  const Bf16Operands b16(h, W, N, D, V);
   // Online log-sum-exp partials per vocab group: running max and sum of exp(logit - max).
   std::vector<float> part_m(g.q * N), part_s(g.q * N);  // [q, N]
   std::vector<float> tgt(N, 0.f);                         // [N] target logit (written by the owning group)
@@ -156,8 +182,7 @@ double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets
       for (i64 r = rb; r < rb + rows; ++r) M[r] = -std::numeric_limits<float>::infinity(), S[r] = 0.f;
       for (i64 c = c0; c < c1; ++c) {
         const i64 v0 = c * C, cols = std::min(C, V - v0);
-        // logits[rows, cols] = h[rows, D] W[v0:v0+cols, D]^T
-        matmul(false, true, rows, cols, D, 1.f, h + rb * D, D, W + v0 * D, D, 0.f, tile, ldt);
+        logits_tile(h, W, b16, rb, rows, v0, cols, D, tile, ldt);
         for (i64 r = 0; r < rows; ++r) {
           const float* row = tile + r * ldt;
           HWY_DYNAMIC_DISPATCH(ce_row_lse_impl)(row, cols, M + rb + r, S + rb + r);
@@ -192,6 +217,7 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
   const Grid g = choose_grid(N, D, V, tl);
   const i64 R = tl.rows, C = tl.cols, ldt = tile_ld(tl);
   const i64 nchunks = (V + C - 1) / C;
+  const Bf16Operands b16(h, W, N, D, V);
   // Scratch partials: dh for vocab groups 1..q-1 ([q-1, N, D]), dW for row groups 1..p-1 ([p-1, V, D]).
   // Kept per calling thread and only grown, so steady-state training does not page-fault here.
   thread_local std::vector<float> scratch;
@@ -211,7 +237,7 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
       const i64 rows = std::min(R, r1 - rb);
       for (i64 c = c0; c < c1; ++c) {
         const i64 v0 = c * C, cols = std::min(C, V - v0);
-        matmul(false, true, rows, cols, D, 1.f, h + rb * D, D, W + v0 * D, D, 0.f, tile, ldt);
+        logits_tile(h, W, b16, rb, rows, v0, cols, D, tile, ldt);
         // dlogits = (softmax - onehot) * grad_scale; ignored rows contribute nothing.
         for (i64 r = 0; r < rows; ++r) {
           float* row = tile + r * ldt;
@@ -224,10 +250,18 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
           if (tg >= v0 && tg < v0 + cols) row[tg - v0] -= grad_scale;
         }
         // dh[rows, D] (+)= dlogits[rows, cols] W[v0:v0+cols, D]; the group's first chunk overwrites.
-        matmul(false, false, rows, D, cols, 1.f, tile, ldt, W + v0 * D, D, c == c0 ? 0.f : 1.f, dh_dst + rb * D, D);
         // dW[v0:v0+cols, D] += dlogits^T h[rows, D]; a scratch partial is overwritten by its first row tile.
-        const float beta = (i == 0 || rb != r0) ? 1.f : 0.f;
-        matmul(true, false, cols, D, rows, 1.f, tile, ldt, h + rb * D, D, beta, dW_dst + v0 * D, D);
+        const float beta_dh = c == c0 ? 0.f : 1.f, beta = (i == 0 || rb != r0) ? 1.f : 0.f;
+        if (b16.h) {
+          thread_local std::vector<bf16> tb;  // dlogits in bf16, dense [rows, cols]
+          if (tb.size() < static_cast<size_t>(R * C)) tb.resize(static_cast<size_t>(R * C));
+          round_to_bf16(tile, rows, cols, ldt, tb.data());
+          matmul_bf16(false, false, rows, D, cols, 1.f, tb.data(), cols, b16.W + v0 * D, D, beta_dh, dh_dst + rb * D, D);
+          matmul_bf16(true, false, cols, D, rows, 1.f, tb.data(), cols, b16.h + rb * D, D, beta, dW_dst + v0 * D, D);
+        } else {
+          matmul(false, false, rows, D, cols, 1.f, tile, ldt, W + v0 * D, D, beta_dh, dh_dst + rb * D, D);
+          matmul(true, false, cols, D, rows, 1.f, tile, ldt, h + rb * D, D, beta, dW_dst + v0 * D, D);
+        }
       }
     }
   });

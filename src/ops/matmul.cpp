@@ -3,34 +3,61 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
+#include "ops/matmul_bf16.h"
+#include "ops/precision.h"
 
 namespace hlm::ops {
 
-void matmul(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,
-            const float* B, i64 ldb, float beta, float* C, i64 ldc) {
-  HLM_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M={} N={} K={}", M, N, K);
+bool matmul_needs_product(const char* op, bool trans_a, bool trans_b, i64 M, i64 N, i64 K, i64 lda, i64 ldb,
+                          float beta, float* C, i64 ldc) {
+  HLM_CHECK(M >= 0 && N >= 0 && K >= 0, "{}: negative size M={} N={} K={}", op, M, N, K);
   // Row strides must cover a row of the stored (untransposed) matrix.
   const i64 a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
   HLM_CHECK(lda >= std::max<i64>(1, a_cols) && ldb >= std::max<i64>(1, b_cols) && ldc >= std::max<i64>(1, N),
-            "matmul: bad strides lda={} ldb={} ldc={} for M={} N={} K={} trans_a={} trans_b={}", lda, ldb, ldc,
-            M, N, K, trans_a, trans_b);
-  if (M == 0 || N == 0) return;
+            "{}: bad strides lda={} ldb={} ldc={} for M={} N={} K={} trans_a={} trans_b={}", op, lda, ldb, ldc, M, N,
+            K, trans_a, trans_b);
+  if (M == 0 || N == 0) return false;
   if (K == 0) {
     // Nothing to multiply; only the beta scaling of C (beta == 0 overwrites, even NaN).
     for (i64 i = 0; i < M; ++i)
       for (i64 j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
-    return;
+    return false;
   }
+  return true;
+}
+
+void matmul(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,
+            const float* B, i64 ldb, float beta, float* C, i64 ldc) {
+  if (!matmul_needs_product("matmul", trans_a, trans_b, M, N, K, lda, ldb, beta, C, ldc)) return;
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
                                 C, ldc);
   HLM_CHECK(st == dnnl_success, "matmul: dnnl_sgemm failed (status {}) for M={} N={} K={} trans_a={} trans_b={}",
             static_cast<int>(st), M, N, K, trans_a, trans_b);
 }
 
+namespace {
+// bf16 copies of a linear layer's operands, one buffer per role, kept per thread and only grown: they are rounded
+// afresh at every call (weights change every step; rounding costs 1/(2 out) of the product for x, 1/(2 N) for W).
+enum Slot { kSlotX, kSlotW, kSlotDy, kSlots };
+const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot) {
+  thread_local std::vector<bf16> buf[kSlots];
+  std::vector<bf16>& b = buf[slot];
+  if (b.size() < static_cast<size_t>(rows * cols)) b.resize(static_cast<size_t>(rows * cols));
+  round_to_bf16(src, rows, cols, cols, b.data());
+  return b.data();
+}
+}  // namespace
+
 void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_forward: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
+  if (precision() == Precision::bf16 && N > 0) {
+    matmul_bf16(false, true, N, out, in, 1.f, rounded(x, N, in, kSlotX), in, rounded(W, out, in, kSlotW), in, 0.f,
+                y, out);
+    return;
+  }
   // y[N,out] = x[N,in] W[out,in]^T
   matmul(false, true, N, out, in, 1.f, x, in, W, in, 0.f, y, out);
 }
@@ -38,6 +65,14 @@ void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, i64 N, i64 in,
                      i64 out, bool accumulate_dx) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_backward: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
+  if (precision() == Precision::bf16 && N > 0) {
+    const bf16* dyb = rounded(dy, N, out, kSlotDy);
+    if (dx)
+      matmul_bf16(false, false, N, in, out, 1.f, dyb, out, rounded(W, out, in, kSlotW), in, accumulate_dx ? 1.f : 0.f,
+                  dx, in);
+    if (dW) matmul_bf16(true, false, out, in, N, 1.f, dyb, out, rounded(x, N, in, kSlotX), in, 1.f, dW, in);
+    return;
+  }
   // dx[N,in] = dy[N,out] W[out,in]
   if (dx) matmul(false, false, N, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
   // dW[out,in] += dy[N,out]^T x[N,in]

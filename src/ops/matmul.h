@@ -1,6 +1,8 @@
 #pragma once
 // fp32 matmul through oneDNN (dnnl_sgemm: AVX-512 JIT kernels, OpenMP inside).
 // Row-major everywhere. Weights follow nn.Linear: W is [out, in], y = x W^T.
+// linear_forward / linear_backward follow ops::precision() (ops/precision.h): under bf16 their operands are
+// rounded to bf16 and multiplied by ops::matmul_bf16 with fp32 accumulation; `matmul` itself is always fp32.
 #include "core/tensor.h"
 
 namespace hlm::ops {
@@ -8,6 +10,11 @@ namespace hlm::ops {
 // C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is [M,K], op(B) is [K,N]; lda/ldb/ldc are row strides.
 void matmul(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,
             const float* B, i64 ldb, float beta, float* C, i64 ldc);
+
+// The checks of a matmul's sizes and strides (errors name `op`) and its empty cases: false when nothing is left to
+// multiply (M, N or K is 0; with K == 0, C = beta C, and beta == 0 overwrites even NaN).
+bool matmul_needs_product(const char* op, bool trans_a, bool trans_b, i64 M, i64 N, i64 K, i64 lda, i64 ldb,
+                          float beta, float* C, i64 ldc);
 
 // y[N,out] = x[N,in] W[out,in]^T   (y overwritten)
 void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out);

@@ -133,6 +133,7 @@ double Trainer::sync_gradients() {
 }
 
 TrainResult Trainer::run() {
+  const ops::PrecisionScope precision(cfg_.precision);  // validation runs in it too, as it would at inference
   TrainResult r;
   const ModelFlops mf = model_.flops(cfg_.seq_len);
   const double tokens_per_step = static_cast<double>(cfg_.batch * cfg_.seq_len * cfg_.grad_accum) * world_;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
+#include "ops/precision.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
@@ -46,6 +47,7 @@ struct TrainConfig {
   std::uint64_t seed = 1234;
   bool check_numerics = false;
   bool recompute = false;    // activation recomputation per block (less memory, one more forward)
+  ops::Precision precision = ops::Precision::fp32;  // matmul precision while this trainer runs (ops/precision.h)
   bool quiet = false;        // no progress line
   std::string out_dir;       // "" = no checkpoints/metrics files
 };
