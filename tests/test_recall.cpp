@@ -148,8 +148,11 @@ TEST(Recall, LightningHybridLearnsMqar) { expect_recall("SL", 400, 8, 0.9, true)
 
 // The efficient layer doing the long-range recall. With the default init (A in [1, 16], dt in [1e-3, 0.1]) the
 // state forgets within a few to a few tens of tokens and M / G stay on the plateau for thousands of steps
-// (docs/mixers.md); with a long-memory init: SM 0.96 after 1000 steps, 0.98 with init seed 2 (14-16 s, 1 thread).
-TEST(Recall, Mamba2HybridLearnsMqarWithLongMemoryInit) { expect_recall("SM", 1000, 8, 0.9, true, kLongMemory); }
+// (docs/mixers.md); with a long-memory init: SM 0.96 after 1000 steps on AVX2, 0.98 with init seed 2 (14-16 s, 1
+// thread). 1500 steps, not 1000: at 1000 SM was 0.953 on AVX-512 (Zen 4), 0.879 on the portable fallback and 0.875
+// on an Intel Emerald Rapids (AVX-512 + AMX: oneDNN's kernels round differently), under the 0.9 bound; at 1500 it
+// is 0.976 (AVX-512) / 0.967 (fallback), so the test checks learning, not rounding.
+TEST(Recall, Mamba2HybridLearnsMqarWithLongMemoryInit) { expect_recall("SM", 1500, 8, 0.9, true, kLongMemory); }
 
 // A single Gated DeltaNet layer (its short conv binds each value to its key, its delta-rule state holds the pairs):
 // 0.98 after 750 steps for init seeds 1 and 3 (8 s).

@@ -207,7 +207,9 @@ TEST(Reliability, BadInputsAreRefusedBeforeWork) {
   };
   const std::vector<Case> cases = {
       {t + "--set n_layers=100000", "needs an estimated"},
-      {"train --preset swa128-nope --set d_model=65536 " + hlm::testing::tiny_corpus_flags(), "needs an estimated"},
+      // d_model 4M: ~110G parameters, over 1.7 TB with AdamW, more than any machine (d_model 65536, ~40 GB, fitted
+      // the 128 GB of a test machine, which then started training it).
+      {"train --preset swa128-nope --set d_model=4194304 " + hlm::testing::tiny_corpus_flags(), "needs an estimated"},
       {t + "--max-memory 0.001", "over --max-memory"},
       {"bench --preset full --batch 1000000 --seq-len 100000", "needs an estimated"},
       {"train --config " + d.string() + " " + hlm::testing::tiny_corpus_flags(), "is a directory"},

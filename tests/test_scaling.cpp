@@ -539,14 +539,16 @@ TEST(SweepCli, TrainsSkipsFinishedRunsAndResumes) {
   EXPECT_EQ(fj["groups"][0]["name"], "SSSF w8 F-nope");
 }
 
-// --jobs 2: two trainings at a time, each told its share of the CPUs (--threads), all four runs done.
+// --jobs 2: two trainings at a time, each told its share of the CPUs (--threads), all four runs done. Without
+// OMP_NUM_THREADS: where it is set, it decides each training's threads and sweep adds no --threads (by design).
 TEST(SweepCli, JobsTrainsSeveralRunsAtOnce) {
   make_sweep_corpus();
   json p = base_plan();
   p["out"] = (tmp_dir() / "sweep_jobs").string();
   p["train"].erase("threads");
   p["sizes"] = json::array({p["sizes"][0]});
-  Result r = run("sweep " + write_plan("jobs", p).string() + " --jobs 2 --json");
+  Result r = hlm::testing::run_cli_in(tmp_dir(), "sweep " + write_plan("jobs", p).string() + " --jobs 2 --json",
+                                      "env -u OMP_NUM_THREADS ");
   ASSERT_EQ(r.code, 0) << r.err;
   json j = json::parse(r.out);
   ASSERT_EQ(j["runs"].size(), 4u);
