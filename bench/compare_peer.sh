@@ -5,7 +5,7 @@
 #   torch 1.13 peer (Debian python3-torch)               PEER=<dir with bench_tuned.sh>
 #   torch 2.x peer (PyPI, in a venv its setup_venv.sh makes) PEER2=<dir with run_bench.sh, setup_venv.sh>,
 #     with SDPA and with explicit attention (compare with the better of the two); PEER2_EXTRA="--compile" or
-#     "--autocast bf16" adds those runs.
+#     "--autocast bf16" adds those runs; HLM_EXTRA="--precision bf16" runs hybridlm in bf16 (docs/precision.md).
 # The peers live outside this repository (a measuring stick beside the project); a peer whose variable is unset
 # or whose directory is missing is skipped with a note. Usage: PEER=... PEER2=... bench/compare_peer.sh [preset...]
 # (default: swa128-nope full). Writes bench/results/<date>-<preset>-<who>.json and prints one line per run:
@@ -46,7 +46,8 @@ fi
 
 for p in "${presets[@]}"; do
   out="bench/results/$d-$p"
-  $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps "$STEPS" --warmup "$WARMUP" --json > "$out-hybridlm.json"
+  $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps "$STEPS" --warmup "$WARMUP" ${HLM_EXTRA:-} \
+    --json > "$out-hybridlm.json"
   summary "$p hybridlm" "$out-hybridlm.json"
   if peer_ok "${PEER:-}"; then
     (cd "$PEER" && ./bench_tuned.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 1024 \
