@@ -221,6 +221,10 @@ TEST(Bf16, ModelGradientsFollowFp32WithinTheBf16Bound) {
   EXPECT_NEAR(l16, l32, std::fabs(l32) * bf16_tol(42));
   EXPECT_NE(l16, l32);
   EXPECT_TRUE(close_rel(g16, g32, bf16_tol(86)));
+  // Reproducible like fp32: the same step again gives the same bits.
+  double again = 0;
+  EXPECT_EQ(run(ops::Precision::bf16, &again), g16);
+  EXPECT_EQ(again, l16);
 }
 
 #ifdef HLM_BINARY

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/simd_target.h"
@@ -126,7 +127,7 @@ struct Bf16Operands {
   const bf16* W = nullptr;
   Bf16Operands(const float* h32, const float* W32, i64 N, i64 D, i64 V) {
     if (precision() != Precision::bf16 || N == 0) return;
-    thread_local std::vector<bf16> hb, Wb;
+    thread_local aligned_vector<bf16> hb, Wb;
     if (hb.size() < static_cast<size_t>(N * D)) hb.resize(static_cast<size_t>(N * D));
     if (Wb.size() < static_cast<size_t>(V * D)) Wb.resize(static_cast<size_t>(V * D));
     round_to_bf16(h32, N, D, D, hb.data());
@@ -253,7 +254,7 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
         // dW[v0:v0+cols, D] += dlogits^T h[rows, D]; a scratch partial is overwritten by its first row tile.
         const float beta_dh = c == c0 ? 0.f : 1.f, beta = (i == 0 || rb != r0) ? 1.f : 0.f;
         if (b16.h) {
-          thread_local std::vector<bf16> tb;  // dlogits in bf16, dense [rows, cols]
+          thread_local aligned_vector<bf16> tb;  // dlogits in bf16, dense [rows, cols]
           if (tb.size() < static_cast<size_t>(R * C)) tb.resize(static_cast<size_t>(R * C));
           round_to_bf16(tile, rows, cols, ldt, tb.data());
           matmul_bf16(false, false, rows, D, cols, 1.f, tb.data(), cols, b16.W + v0 * D, D, beta_dh, dh_dst + rb * D, D);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
@@ -39,12 +40,13 @@ void matmul(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const 
 }
 
 namespace {
-// bf16 copies of a linear layer's operands, one buffer per role, kept per thread and only grown: they are rounded
-// afresh at every call (weights change every step; rounding costs 1/(2 out) of the product for x, 1/(2 N) for W).
+// bf16 copies of a linear layer's operands, one buffer per role, kept per thread and only grown (64-byte aligned, so
+// oneDNN takes the same path every run): they are rounded afresh at every call (weights change every step; rounding
+// costs 1/(2 out) of the product for x, 1/(2 N) for W).
 enum Slot { kSlotX, kSlotW, kSlotDy, kSlots };
 const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot) {
-  thread_local std::vector<bf16> buf[kSlots];
-  std::vector<bf16>& b = buf[slot];
+  thread_local aligned_vector<bf16> buf[kSlots];
+  aligned_vector<bf16>& b = buf[slot];
   if (b.size() < static_cast<size_t>(rows * cols)) b.resize(static_cast<size_t>(rows * cols));
   round_to_bf16(src, rows, cols, cols, b.data());
   return b.data();

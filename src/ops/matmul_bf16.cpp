@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/matmul.h"
@@ -100,7 +101,7 @@ void matmul_bf16(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, c
   // The sum post-op reads C even when scaled by 0; beta == 0 therefore gets its own primitive (no post-op).
   const auto e = entry({M, N, K, lda, ldb, ldc, trans_a, trans_b, alpha, beta});
   thread_local dnnl::stream stream(engine());
-  thread_local std::vector<std::uint8_t> scratch;
+  thread_local aligned_vector<std::uint8_t> scratch;
   const dnnl::memory::desc sd = e->pd.scratchpad_desc();
   if (scratch.size() < sd.get_size()) scratch.resize(sd.get_size());
   dnnl::memory a(e->pd.src_desc(), engine(), const_cast<bf16*>(A));  // oneDNN's handle type is void*; read only
