@@ -23,6 +23,12 @@ std::vector<float> randn(size_t n, uint64_t seed, double scale) {
   return v;
 }
 
+// The GFLOP/s counter of a benchmark doing `flops` useful flops per iteration.
+void set_gflops(benchmark::State& st, double flops) {
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 // y[M,N] = x[M,K] W[N,K]^T, the linear_forward layout.
 void BM_Matmul(benchmark::State& st) {
   const i64 M = st.range(0), N = st.range(1), K = st.range(2);
@@ -32,8 +38,7 @@ void BM_Matmul(benchmark::State& st) {
     hlm::ops::matmul(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  set_gflops(st, 2.0 * M * N * K);
 }
 BENCHMARK(BM_Matmul)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
 // The reproduce study's `small` model (d_model 128, d_ff 384, vocab 4096, 16 x 128 tokens a step), whose runs train
@@ -58,8 +63,7 @@ void BM_MatmulLayout(benchmark::State& st) {
     hlm::ops::matmul(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  set_gflops(st, 2.0 * M * N * K);
 }
 BENCHMARK(BM_MatmulLayout)
     ->ArgNames({"ta", "tb", "M", "N", "K"})
@@ -84,8 +88,7 @@ void BM_MatmulBf16(benchmark::State& st) {
     hlm::ops::matmul_bf16(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  set_gflops(st, 2.0 * M * N * K);
   st.SetLabel(hlm::ops::matmul_bf16_impl(false, true, M, N, K));
 }
 BENCHMARK(BM_MatmulBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -101,8 +104,7 @@ void BM_LinearBf16(benchmark::State& st) {
     hlm::ops::linear_forward(x.data(), W.data(), y.data(), M, K, N);
     benchmark::DoNotOptimize(y.data());
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  set_gflops(st, 2.0 * M * N * K);
 }
 BENCHMARK(BM_LinearBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -121,8 +123,7 @@ void BM_LmHeadCE(benchmark::State& st) {
     hlm::ops::lm_head_ce_backward(h.data(), W.data(), tg.data(), lse.data(), N, D, V, 1.f / N, dh.data(), dW.data());
     benchmark::DoNotOptimize(loss);
   }
-  st.counters["GFLOP/s"] = benchmark::Counter(8.0 * N * D * V, benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  set_gflops(st, 8.0 * N * D * V);
 }
 BENCHMARK(BM_LmHeadCE)->Args({8192, 256, 4096, 0})->Args({8192, 256, 4096, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -90,10 +90,9 @@ void apply_run_settings(const CLI::App& sub, const nlohmann::json& run, TrainCon
   // The precision is how the run computes, not what it is: a resume may change it (a machine without bf16).
   if (sub.count("--precision") == 0 && rt.contains("precision") && rt["precision"].is_string()) {
     o.precision = rt["precision"].get<std::string>();
-    t.precision = ops::parse_precision(o.precision, o.out + "/run.json: field 'train.precision'");
-    if (t.precision == ops::Precision::bf16 && !ops::bf16_native_missing().empty())
-      fail("{}/run.json: the run trained with train.precision = bf16, but {}; resume it with --precision fp32",
-           o.out, ops::bf16_native_missing());
+    const std::string field = o.out + "/run.json: field 'train.precision'";
+    t.precision = ops::parse_precision(o.precision, field);
+    ops::require_supported(t.precision, field + " = bf16");
   }
 }
 
@@ -182,8 +181,7 @@ TrainConfig train_config(const TrainOpts& o) {
   t.check_numerics = o.check_numerics;
   t.recompute = o.recompute;
   t.precision = ops::parse_precision(o.precision, "--precision");
-  if (t.precision == ops::Precision::bf16 && !ops::bf16_native_missing().empty())
-    fail("--precision bf16: {}; use --precision fp32", ops::bf16_native_missing());
+  ops::require_supported(t.precision);  // before the dataset is built
   t.quiet = o.quiet;
   t.adamw.lr = t.schedule.lr;
   if (t.schedule.warmup < 0) t.schedule.warmup = std::max(1L, std::min(100L, t.steps / 10));

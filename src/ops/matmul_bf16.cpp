@@ -1,7 +1,5 @@
 #include "ops/matmul_bf16.h"
 
-#include <omp.h>
-
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <memory>
@@ -25,8 +23,8 @@ void round_to_bf16(const float* src, i64 rows, i64 cols, i64 ld_src, bf16* dst) 
       for (i64 c = 0; c < cols; ++c) d[c] = to_bf16(s[c]);
     }
   };
-  if (rows * cols < (1 << 16) || omp_in_parallel()) rows_fn(0, rows);
-  else parallel_for(rows, rows_fn);
+  if (rows * cols < (1 << 16)) rows_fn(0, rows);
+  else parallel_for(rows, rows_fn);  // serial inside a parallel region (the LM head's tiles)
 }
 
 namespace {

@@ -61,11 +61,14 @@ bool bf16_matmul_available() {
   }
 }
 
+void require_supported(Precision p, const std::string& where) {
+  if (p != Precision::bf16) return;
+  const std::string missing = bf16_native_missing();
+  if (!missing.empty()) throw Error(where + ": " + missing + "; use --precision fp32");
+}
+
 void set_precision(Precision p, bool allow_emulated) {
-  if (p == Precision::bf16 && !allow_emulated) {
-    const std::string missing = bf16_native_missing();
-    if (!missing.empty()) throw Error("--precision bf16: " + missing + "; use --precision fp32");
-  }
+  if (!allow_emulated) require_supported(p);
   if (p == Precision::bf16 && !bf16_matmul_available())
     throw Error("--precision bf16: oneDNN has no bf16 matmul on this CPU (" + bf16_native_missing() + ")");
   g_precision.store(p);

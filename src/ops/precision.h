@@ -23,6 +23,10 @@ std::string bf16_native_missing();
 // Whether oneDNN runs bf16 matmuls on this CPU at all (natively or emulated with AVX-512; not on AVX2 alone).
 bool bf16_matmul_available();
 
+// Throws hlm::Error ("--precision bf16: <what is missing>; use --precision fp32") where `p` is bf16 and the CPU
+// lacks native bf16; `where` prefixes the message (e.g. a run.json field).
+void require_supported(Precision p, const std::string& where = "--precision bf16");
+
 // Sets the process's precision. bf16 throws hlm::Error with bf16_native_missing() where the CPU lacks native bf16,
 // unless allow_emulated (tests: the same numbers, emulated, on AVX-512 CPUs without AVX512_BF16).
 void set_precision(Precision p, bool allow_emulated = false);
