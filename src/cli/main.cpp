@@ -4,10 +4,13 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/signal_thread.h"
 #include "core/simd_target.h"
 #include "train/distributed.h"
 
 int main(int argc, char** argv) {
+  // Before any thread exists: Ctrl-C and friends are handled on a thread of their own (core/signal_thread.h).
+  hlm::route_signals_to_own_thread();
   // MPI starts here when an MPI launcher started us (mpirun -np N hybridlm train ...; docs/distributed.md).
   hlm::dist::Session mpi(&argc, &argv);
   try {

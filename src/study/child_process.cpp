@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -17,6 +19,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/signal_thread.h"
 
 namespace hlm::study {
 
@@ -75,7 +78,7 @@ InterruptGuard::InterruptGuard() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: waitpid returns EINTR so the signal is forwarded at once
+  sa.sa_flags = 0;
   sigaction(SIGINT, &sa, &g_old_int);
   sigaction(SIGTERM, &sa, &g_old_term);
 }
@@ -115,6 +118,7 @@ pid_t spawn_child(const std::string& exe, const std::vector<std::string>& args, 
     // writing into a folder that the next run of the parent resumes.
     ::prctl(PR_SET_PDEATHSIG, SIGINT);
     if (::getppid() != parent) ::_exit(130);
+    restore_startup_signal_mask();  // the parent blocks Ctrl-C outside its signal thread; the child must not
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
@@ -150,29 +154,28 @@ std::pair<pid_t, int> reaped(pid_t w, int status) {
 
 }  // namespace
 
-std::pair<pid_t, int> wait_any_child() {
-  if (g_running.empty()) return {-1, 0};
-  int status = 0;
-  while (true) {
-    const pid_t w = ::waitpid(-1, &status, 0);
-    if (w > 0 && g_running.count(w)) return reaped(w, status);
-    if (w < 0 && errno != EINTR) fail("waitpid failed ({})", std::strerror(errno));
-    forward_if_interrupted();
-  }
-}
-
 std::pair<pid_t, int> wait_any_child_for(double seconds) {
   if (g_running.empty()) return {-1, 0};
-  const int polls = std::max(1, static_cast<int>(seconds / 0.1));
-  for (int k = 0; k < polls; ++k) {
+  // Polls, from 1 ms up to 100 ms apart: a short child is reaped at once, a long wait costs nothing.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (useconds_t pause_us = 1000;; pause_us = std::min<useconds_t>(2 * pause_us, 100000)) {
     int status = 0;
     const pid_t w = ::waitpid(-1, &status, WNOHANG);
     if (w > 0 && g_running.count(w)) return reaped(w, status);
     if (w < 0 && errno != EINTR) fail("waitpid failed ({})", std::strerror(errno));
     forward_if_interrupted();
-    ::usleep(100000);
+    if (std::chrono::steady_clock::now() >= deadline) return {0, 0};
+    ::usleep(pause_us);
   }
-  return {0, 0};
+}
+
+std::pair<pid_t, int> wait_any_child() {
+  // Polls rather than blocks in waitpid: the signal is handled on another thread (core/signal_thread.h), so
+  // it would not interrupt a blocking wait in this one and could not be forwarded until a child ended.
+  while (true) {
+    const auto r = wait_any_child_for(3600);
+    if (r.first != 0) return r;
+  }
 }
 
 int run_child(const std::string& exe, const std::vector<std::string>& args, const std::string& log,
