@@ -20,8 +20,8 @@ std::string last_error(const std::string& log);
 // Now, UTC, as 2026-12-03T09:10:44Z.
 std::string now_iso();
 
-// While alive, SIGINT and SIGTERM set a flag instead of killing this process (and interrupt waits so the
-// signal is forwarded to running children at once). The previous handlers come back on destruction.
+// While alive, SIGINT and SIGTERM set a flag instead of killing this process (the waits below poll it, so the
+// signal is forwarded to running children within 0.1 s). The previous handlers come back on destruction.
 class InterruptGuard {
  public:
   InterruptGuard();
