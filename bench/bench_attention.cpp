@@ -1,14 +1,18 @@
 // Micro-benchmarks of causal softmax attention at the bench config: B=8, T=1024, H=Hkv=4, hd=64, q/k/v
-// inside a fused row of stride 3*256 = 768. Arg 0: window (0 = full causal, else W keys incl. self).
+// inside a fused row of stride 3*256 = 768. Arg 0: window (0 = full causal, else W keys incl. self); arg 1: 1 = under
+// --precision bf16 (the products in bf16 where the CPU has AVX512_BF16, ops/attention_bf16.h; skipped elsewhere).
 // Counters: GFLOP/s = causal flops / wall time, forward 4*hd*pairs per head where pairs = sum_t min(t+1, W)
 // (T^2/2 for full causal), backward 2.5x forward.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "core/rng.h"
 #include "ops/attention.h"
+#include "ops/attention_bf16.h"
+#include "ops/precision.h"
 
 using hlm::i64;
 
@@ -38,6 +42,17 @@ double forward_flops(i64 window) {
   return 4.0 * kHd * pairs * kB * kH;
 }
 
+// The precision scope of arg 1 (nullptr for fp32); false when bf16 products cannot run here.
+bool precision_of(benchmark::State& st, std::unique_ptr<hlm::ops::PrecisionScope>& scope) {
+  if (st.range(1) == 0) return true;
+  if (!hlm::ops::attn_bf16::available()) {
+    st.SkipWithError("no AVX512_BF16 on this CPU");
+    return false;
+  }
+  scope = std::make_unique<hlm::ops::PrecisionScope>(hlm::ops::Precision::bf16, /*allow_emulated=*/true);
+  return true;
+}
+
 struct Buffers {
   std::vector<float> qkv = randn(kB * kT * kStride, 1), dout = randn(kB * kT * kH * kHd, 2);
   std::vector<float> o = std::vector<float>(kB * kT * kH * kHd), lse = std::vector<float>(kB * kH * kT);
@@ -53,6 +68,8 @@ struct Buffers {
 };
 
 void BM_AttentionForward(benchmark::State& st) {
+  std::unique_ptr<hlm::ops::PrecisionScope> scope;
+  if (!precision_of(st, scope)) return;
   Buffers b;
   for (auto _ : st) {
     b.forward(st.range(0));
@@ -61,9 +78,11 @@ void BM_AttentionForward(benchmark::State& st) {
   st.counters["GFLOP/s"] = benchmark::Counter(forward_flops(st.range(0)), benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionForward)->ArgsProduct({{0, 128}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_AttentionBackward(benchmark::State& st) {
+  std::unique_ptr<hlm::ops::PrecisionScope> scope;
+  if (!precision_of(st, scope)) return;
   Buffers b;
   b.forward(st.range(0));
   for (auto _ : st) {
@@ -73,6 +92,6 @@ void BM_AttentionBackward(benchmark::State& st) {
   st.counters["GFLOP/s"] = benchmark::Counter(
       2.5 * forward_flops(st.range(0)), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionBackward)->ArgsProduct({{0, 128}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

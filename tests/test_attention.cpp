@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/simd_target.h"
 #include "ops/attention.h"
+#include "ops/attention_bf16.h"
+#include "ops/precision.h"
 #include "testing.h"
 
 using namespace hlm;
@@ -316,7 +319,9 @@ TEST(Attention, PackedDocumentsEqualSeparateRuns) {
   }
 }
 
-TEST(Attention, BitwiseEqualAcrossThreadCounts) {
+namespace {
+// Forward and backward with 1, 3 and the default number of threads give the same bits.
+void expect_bitwise_equal_across_thread_counts() {
   // B*Hkv = 1 splits the backward into key-tile segments; B*Hkv = 32 does not.
   for (Case c : {Case{1, 300, 2, 1, 32, 0}, Case{8, 70, 4, 4, 16, 50}}) {
     auto qkv = randn(c.B * c.T * c.stride(), 71);
@@ -335,6 +340,9 @@ TEST(Attention, BitwiseEqualAcrossThreadCounts) {
     }
   }
 }
+}  // namespace
+
+TEST(Attention, BitwiseEqualAcrossThreadCounts) { expect_bitwise_equal_across_thread_counts(); }
 
 TEST(Attention, BadArgumentsThrowWithOpName) {
   std::vector<float> buf(4096, 0.f);
@@ -508,4 +516,118 @@ TEST(Attention, KeyOffsetBadArgumentsThrow) {
     }
     EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg << " wanted " << prefix;
   }
+}
+
+// ---- bf16 products (--precision bf16, ops/attention_bf16.h) -----------------------------------------------------
+// The same kernels with their seven products in bf16 (fp32 accumulation) against the double reference on the fp32
+// inputs. Bound (docs/precision.md): rel RMS <= 4 u_bf sqrt(N), N the bf16 roundings along an output's chain:
+// o: q, k (the scores), P and v: 4; lse: q, k: 2; dv: q, k, P, dO: 4; dq, dk: q, k, dO, v (P and dP), dS and the
+// other operand: 6.
+namespace {
+
+// Skips unless the bf16 products run here: AVX512_BF16 and an AVX-512 Highway target (not forced lower).
+#define SKIP_UNLESS_BF16_ATTENTION()                                                                             \
+  do {                                                                                                           \
+    if (!ops::attn_bf16::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: attention keeps fp32 products"; \
+    if (simd_target().rfind("AVX3", 0) != 0) GTEST_SKIP() << "SIMD target " << simd_target() << " is not AVX-512"; \
+  } while (0)
+
+double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+TEST(AttentionBf16, ForwardAndBackwardFollowTheDoubleReferenceWithinTheBf16Bound) {
+  SKIP_UNLESS_BF16_ATTENTION();
+  std::vector<Case> cs = cases();
+  cs.push_back({2, 90, 4, 2, 32, 0, 0.37f});  // an explicit scale
+  for (const Case& c : cs) {
+    auto qkv = randn(c.B * c.T * c.stride(), 500 + c.T + c.W);
+    auto dout = randn(c.B * c.T * c.H * c.hd, 600 + c.hd);
+    auto dd = to_double(dout);
+    auto ref = reference(c, to_double(qkv), &dd);
+    const KernelOut fp32 = run_kernel(c, qkv, &dout);
+    KernelOut got;
+    {
+      const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+      got = run_kernel(c, qkv, &dout);
+    }
+    EXPECT_TRUE(close_rel(got.o, ref.o, bf16_tol(4), "o " + c.name()));
+    EXPECT_TRUE(close_rel(got.lse, ref.lse, bf16_tol(2), "lse " + c.name()));
+    // bf16 really ran: o differs from the fp32 kernel's by more than a tenth of u_bf (fp32 alone: ~1e-7).
+    EXPECT_GT(rel_rms(got.o, fp32.o), 0.1 * kBf16UnitRoundoff) << c.name();
+    const double dv_rms = rms(slots(c, ref.dqkv, 2));
+    for (int w = 0; w < 3; ++w) {
+      const std::string what = std::string(w == 0 ? "dq " : w == 1 ? "dk " : "dv ") + c.name();
+      const double tol = bf16_tol(w == 2 ? 4 : 6);
+      auto g = slots(c, got.dqkv, w), want = slots(c, ref.dqkv, w);
+      if (rms(want) == 0)  // W = 1: dq = dk = 0 exactly; what remains is rounding, measured against dv
+        EXPECT_LT(rms(g), tol * dv_rms) << what;
+      else
+        EXPECT_TRUE(close_rel(g, want, tol, what));
+    }
+    check_padding(c, got.dqkv);
+  }
+}
+
+TEST(AttentionBf16, PackedDocumentsFollowTheMaskedReference) {
+  SKIP_UNLESS_BF16_ATTENTION();
+  const i64 T = 150;
+  const std::vector<std::vector<i64>> docs = {{40, 1, 70, 39}, {150}};
+  for (i64 W : {i64{0}, i64{23}}) {
+    Case c{2, T, 4, 2, 32, W};
+    std::vector<int32_t> ds = doc_start_from_lengths(T, docs);
+    auto qkv = randn(c.B * T * c.stride(), 71 + W);
+    auto dout = randn(c.B * T * c.H * c.hd, 72);
+    auto dd = to_double(dout);
+    auto ref = reference(c, to_double(qkv), &dd, &ds);
+    const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+    auto got = run_kernel(c, qkv, &dout, &ds);
+    EXPECT_TRUE(close_rel(got.o, ref.o, bf16_tol(4), "o W=" + std::to_string(W)));
+    for (int w = 0; w < 3; ++w)
+      EXPECT_TRUE(close_rel(slots(c, got.dqkv, w), slots(c, ref.dqkv, w), bf16_tol(w == 2 ? 4 : 6),
+                            "grad " + std::to_string(w) + " W=" + std::to_string(W)));
+  }
+}
+
+TEST(AttentionBf16, KeyOffsetForwardFollowsTheDoubleReference) {
+  SKIP_UNLESS_BF16_ATTENTION();
+  for (const OffCase& c : {OffCase{1, 1, 200, 2, 1, 32, 0}, OffCase{2, 7, 70, 4, 2, 16, 20},
+                           OffCase{1, 65, 190, 4, 1, 32, 64}, OffCase{1, 40, 167, 4, 2, 64, 128},
+                           OffCase{3, 33, 96, 2, 2, 24, 127}}) {
+    const i64 ks = c.Hkv * c.hd + 5;
+    auto q = randn(c.B * c.T * c.H * c.hd, 950 + c.T);
+    auto k = randn(c.B * c.Tk * ks, 951 + c.Tk), v = randn(c.B * c.Tk * ks, 952 + c.W);
+    std::vector<double> ro, rl;
+    offset_reference(c, q, k, v, ks, ro, rl);
+    auto o = nan_vec(c.B * c.T * c.H * c.hd), lse = nan_vec(c.B * c.H * c.T);
+    ops::AttentionArgs s;
+    s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
+    const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+    ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), ks), o.data(), lse.data());
+    EXPECT_TRUE(close_rel(o, ro, bf16_tol(4), "o " + c.name()));
+    EXPECT_TRUE(close_rel(lse, rl, bf16_tol(2), "lse " + c.name()));
+  }
+}
+
+TEST(AttentionBf16, BitwiseEqualAcrossThreadCounts) {
+  SKIP_UNLESS_BF16_ATTENTION();
+  const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+  expect_bitwise_equal_across_thread_counts();
+}
+
+// An odd head dimension cannot be paired: the kernels keep fp32 products there, bit for bit.
+TEST(AttentionBf16, OddHeadDimKeepsFp32Products) {
+  SKIP_UNLESS_BF16_ATTENTION();
+  Case c{1, 70, 2, 1, 15, 0};
+  auto qkv = randn(c.B * c.T * c.stride(), 81);
+  auto dout = randn(c.B * c.T * c.H * c.hd, 82);
+  const KernelOut fp32 = run_kernel(c, qkv, &dout);
+  const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+  const KernelOut got = run_kernel(c, qkv, &dout);
+  EXPECT_EQ(0, std::memcmp(got.o.data(), fp32.o.data(), got.o.size() * 4));
+  EXPECT_EQ(0, std::memcmp(got.dqkv.data(), fp32.dqkv.data(), got.dqkv.size() * 4));
 }

@@ -25,9 +25,6 @@ using ops::bf16;
 
 namespace {
 
-constexpr double kBf16UnitRoundoff = 0x1p-8;
-double bf16_tol(double depth) { return kFp32Lambda * kBf16UnitRoundoff * std::sqrt(depth); }
-
 std::vector<float> rounded(const std::vector<float>& x) {
   std::vector<float> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = ops::from_bf16(ops::to_bf16(x[i]));

@@ -125,6 +125,10 @@ inline double fp32_depth(std::initializer_list<double> stages) {
   return depth;
 }
 inline double fp32_tol(double depth) { return kFp32Lambda * kFp32UnitRoundoff * std::sqrt(depth); }
+// The same for bf16 roundings (--precision bf16, docs/precision.md): unit roundoff u_bf = 2^-8, N counting the bf16
+// roundings along the chain.
+constexpr double kBf16UnitRoundoff = 0x1p-8;
+inline double bf16_tol(double depth) { return kFp32Lambda * kBf16UnitRoundoff * std::sqrt(depth); }
 
 // Central finite difference of a scalar loss w.r.t. x[i] (x is perturbed in place and restored).
 template <typename T>

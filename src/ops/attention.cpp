@@ -28,7 +28,10 @@
 
 #include "core/error.h"
 #include "core/simd_target.h"
+#include "ops/attention_bf16.h"
 #include "ops/attention_tiles.h"
+#include "ops/precision.h"
+#include "ops/transpose16.h"
 
 #include "core/simd_config.h"  // before any Highway header
 
@@ -144,35 +147,6 @@ inline float dot(const float* a, const float* b, i64 n) {
   return hn::GetLane(hn::SumOfLanes(d, acc));
 }
 
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// In-register transpose of a 16 x 16 block (a[i] = row i on entry, column i on exit).
-inline void transpose16(__m512 a[16]) {
-  __m512 b[16], c[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    b[2 * i] = _mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]);
-    b[2 * i + 1] = _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    c[4 * i] = _mm512_shuffle_ps(b[4 * i], b[4 * i + 2], 0x44);
-    c[4 * i + 1] = _mm512_shuffle_ps(b[4 * i], b[4 * i + 2], 0xEE);
-    c[4 * i + 2] = _mm512_shuffle_ps(b[4 * i + 1], b[4 * i + 3], 0x44);
-    c[4 * i + 3] = _mm512_shuffle_ps(b[4 * i + 1], b[4 * i + 3], 0xEE);
-  }
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const __m512 e = _mm512_shuffle_f32x4(c[j], c[4 + j], 0x44), f = _mm512_shuffle_f32x4(c[j], c[4 + j], 0xEE);
-    const __m512 g = _mm512_shuffle_f32x4(c[8 + j], c[12 + j], 0x44);
-    const __m512 h = _mm512_shuffle_f32x4(c[8 + j], c[12 + j], 0xEE);
-    a[j] = _mm512_shuffle_f32x4(e, g, 0x88);
-    a[4 + j] = _mm512_shuffle_f32x4(e, g, 0xDD);
-    a[8 + j] = _mm512_shuffle_f32x4(f, h, 0x88);
-    a[12 + j] = _mm512_shuffle_f32x4(f, h, 0xDD);
-  }
-}
-#endif
-
 // Transpose of n (<= 64) rows of one head, times mul: dst [hd][64], zero padded beyond n.
 void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -195,6 +169,21 @@ void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) 
     for (int c = 0; c < kTile; ++c) dst[d * kTile + c] = c < n ? src[c * stride + d] * mul : 0.f;
 #endif
 }
+
+// Under --precision bf16, the products run in bf16 with fp32 accumulation (ops/attention_bf16.h) where the CPU has
+// AVX512_BF16 and this is an AVX-512 target (a forced lesser target, e.g. HLM_SIMD=AVX2, keeps fp32); the softmax,
+// its statistics, the accumulators and the outputs stay fp32. Pairs run along the head dimension, so hd is even.
+inline bool bf16_products(const Geo& g) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return precision() == Precision::bf16 && g.hd % 2 == 0 && attn_bf16::available();
+#else
+  (void)g;
+  return false;
+#endif
+}
+
+using attn_bf16::Pair;
+inline Pair* pair_scratch(int slot, i64 n) { return thread_scratch<Pair>(slot, n); }
 
 }  // namespace
 
@@ -221,14 +210,21 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
   const i64 want = off > 0 ? (g.par ? omp_get_max_threads() : 1) : kMinItems;
   const i64 nseg = std::clamp<i64>((want + B * Hkv - 1) / (B * Hkv), 1, nt);
   const i64 n_units = B * Hkv * nseg;
+  const bool bf = bf16_products(g);
+  const i64 hp = hd / 2;  // pairs per head row (bf16 products)
 #pragma omp parallel if (g.par)
   {
     const size_t row_n = static_cast<size_t>(ntk * kTile * hd);
-    float* k_all = scratch(3, row_n);                           // K rows [Tk, hd]
-    float* v_all = scratch(4, row_n);                           // V rows [Tk, hd]
+    float* k_all = bf ? nullptr : scratch(3, row_n);            // K rows [Tk, hd]
+    float* v_all = bf ? nullptr : scratch(4, row_n);            // V rows [Tk, hd]
     float* st = scratch(0, kTile * kTile);                      // S^T then P^T  [64 keys, 64 queries]
     float* oacc = scratch(1, static_cast<size_t>(kTile * hd));  // O              [64 queries, hd]
-    float* qt = scratch(2, static_cast<size_t>(kTile * hd));    // Q^T * scale * log2(e)  [hd, 64]
+    float* qt = bf ? nullptr : scratch(2, static_cast<size_t>(kTile * hd));  // Q^T * scale * log2(e)  [hd, 64]
+    // bf16 products: K rows [Tk, hd/2 pairs], V row pairs [Tk/2, hd], Q^T pairs [hd/2, 64], P^T row pairs [32, 64].
+    Pair* k2_all = bf ? pair_scratch(0, ntk * kTile * hp) : nullptr;
+    Pair* v2_all = bf ? pair_scratch(1, ntk * kTile / 2 * hd) : nullptr;
+    Pair* qt2 = bf ? pair_scratch(2, hp * kTile) : nullptr;
+    Pair* pt2 = bf ? pair_scratch(3, kTile / 2 * kTile) : nullptr;
     std::vector<char> packed(static_cast<size_t>(ntk));
     alignas(64) float m[kTile], l[kTile], alpha[kTile];  // running max (log2 domain), sum, rescale
     TileMask tm;
@@ -242,7 +238,10 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
           const i64 i0 = it * kTile;
           const int nq = static_cast<int>(std::min<i64>(kTile, T - i0)), nqv = (nq + 15) / 16;
           const int32_t* lo_row = lo + b * T + i0;
-          pack_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt);
+          if (bf)
+            attn_bf16::round_rows_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt2);
+          else
+            pack_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt);
           const i64 j_first = lo_row[0] / kTile, j_last = (i0 + off + nq - 1) / kTile;
           // This tile's output rows, the next query tile and the next key tile not yet copied.
           pf.flush();
@@ -264,11 +263,19 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
             const i64 k0 = j * kTile;
             const int nk = static_cast<int>(std::min<i64>(kTile, Tk - k0));
             tm.build(lo_row, i0 + off, nq, k0, nk);
-            float* kbuf = k_all + k0 * hd;  // [nk, hd]
-            float* vbuf = v_all + k0 * hd;
+            float* kbuf = bf ? nullptr : k_all + k0 * hd;  // [nk, hd]
+            float* vbuf = bf ? nullptr : v_all + k0 * hd;
+            Pair* k2 = bf ? k2_all + k0 * hp : nullptr;  // [nk, hd/2]
+            Pair* v2 = bf ? v2_all + k0 / 2 * hd : nullptr;  // [(nk+1)/2, hd]
             if (!packed[j]) {
-              pack_rows(k + (b * Tk + k0) * kv_stride + gh * hd, kv_stride, nk, hd, kbuf);
-              pack_rows(v + (b * Tk + k0) * kv_stride + gh * hd, kv_stride, nk, hd, vbuf);
+              const float *ksrc = k + (b * Tk + k0) * kv_stride + gh * hd, *vsrc = v + (b * Tk + k0) * kv_stride + gh * hd;
+              if (bf) {
+                attn_bf16::round_rows(ksrc, kv_stride, nk, hd, 1.f, k2, hp);
+                attn_bf16::pair_rows(vsrc, kv_stride, 0, nk - 1, 0, (nk + 1) / 2, hd, v2, hd);
+              } else {
+                pack_rows(ksrc, kv_stride, nk, hd, kbuf);
+                pack_rows(vsrc, kv_stride, nk, hd, vbuf);
+              }
               packed[j] = 1;
             }
             // S^T[c0:c0+mc, visible query vectors] = K Q^T
@@ -276,8 +283,12 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               const int c0 = cb * kRB, mc = std::min(kRB, nk - c0), w0 = tm.w0[cb], w1 = tm.w1[cb];
               if (w0 == w1) continue;
               pf.step(12);
-              block(mc, 16 * (w1 - w0), hd, kbuf + c0 * hd, hd, 1, qt + 16 * w0, kTile, st + c0 * kTile + 16 * w0, kTile,
-                    false);
+              if (bf)
+                attn_bf16::block(mc, 16 * (w1 - w0), hp, k2 + c0 * hp, hp, 1, qt2 + 16 * w0, kTile,
+                                 st + c0 * kTile + 16 * w0, kTile, false);
+              else
+                block(mc, 16 * (w1 - w0), hd, kbuf + c0 * hd, hd, 1, qt + 16 * w0, kTile, st + c0 * kTile + 16 * w0,
+                      kTile, false);
             }
             // Online softmax for 16 queries at a time over the keys any of them sees ([ca, cz]).
             for (int qv = 0; qv < nqv; ++qv) {
@@ -309,6 +320,8 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
                 hn::Store(m_new, d, m + q0);
                 hn::Store(a, d, alpha + q0);
               }
+              // P^T rows [ca, cz] as key pairs for the bf16 PV product (keys outside read as zero).
+              if (bf) attn_bf16::pair_rows(st + 16 * qv, kTile, ca, cz, ca / 2, cz / 2 + 1, 16, pt2 + 16 * qv, kTile);
             }
             // O = alpha * O + P V, per block of 4 queries over the keys they see.
             for (int r = 0; r < nq; ++r)
@@ -318,7 +331,13 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               const int r0 = qb * kRB, mr = std::min(kRB, nq - r0), kb = tm.kb[qb], ke = tm.ke[qb];
               if (kb == ke) continue;
               pf.step(12);
-              block(mr, hd, ke - kb, st + kb * kTile + r0, 1, kTile, vbuf + kb * hd, hd, oacc + r0 * hd, hd, true);
+              if (bf) {
+                const int pa = kb / 2, pz = (ke + 1) / 2;  // the key pairs covering kb .. ke-1
+                attn_bf16::block(mr, hd, pz - pa, pt2 + pa * kTile + r0, 1, kTile, v2 + pa * hd, hd, oacc + r0 * hd, hd,
+                                 true);
+              } else {
+                block(mr, hd, ke - kb, st + kb * kTile + r0, 1, kTile, vbuf + kb * hd, hd, oacc + r0 * hd, hd, true);
+              }
             }
           }
           for (int r = 0; r < nq; ++r) {
@@ -348,7 +367,7 @@ struct BackwardWork {
   const int32_t* lo;                  // first visible key per query (first_keys)
   float c2, scale;                    // scale * log2(e) (P in the log2 domain), and scale
 
-  float *kt_all, *vt_all, *k_all;  // per key tile, packed on first use: K^T, V^T [nt][hd][64], K rows [T, hd]
+  float *kt_all = nullptr, *vt_all = nullptr, *k_all = nullptr;  // per key tile, packed on first use: K^T, V^T [nt][hd][64], K rows [T, hd]
   float *dk_own, *dv_own;          // dK, dV accumulators [T, hd] when nseg == 1 (else the segment partials)
   float *qbuf, *dobuf, *dqacc;     // the query tile's Q, dO and dQ [64, hd]
   float *pbuf, *dsbuf;             // S then P, dP then dS * scale  [64 queries, 64 keys]
@@ -356,6 +375,14 @@ struct BackwardWork {
   TileMask tm;
   Prefetcher pf;
   float lse2[kTile], Drow[kTile];  // the query tile's lse (log2 domain) and D = rowsum(dO * O)
+  // bf16 products (bf16_products): the same operands rounded and paired along the summed dimension. Per key tile:
+  // K^T, V^T [hd/2][64] (pairs along hd) and K row pairs [32][hd]; per query tile: Q, dO rows [64][hd/2] and row
+  // pairs [32][hd]; per tile pair: dS rows [64][32] and the row pairs of P and dS [32][64]. The fp32 K^T, V^T and
+  // K rows are then not kept.
+  bool bf = false;
+  i64 hp = 0;  // pairs per head row
+  Pair *kt2_all = nullptr, *vt2_all = nullptr, *kp2_all = nullptr;
+  Pair *q2 = nullptr, *do2 = nullptr, *qp2 = nullptr, *dop2 = nullptr, *ds2 = nullptr, *pp2 = nullptr, *dsp2 = nullptr;
 
   // The current item, query head and query tile.
   i64 b = 0, gh = 0, seg = 0, nseg = 1, h = 0, it = 0, i0 = 0;
@@ -369,9 +396,23 @@ struct BackwardWork {
       : g(g_), q(q_), k(k_), v(v_), o(o_), lse(lse_), dout(dout_), dq(dq_), dk(dk_), dv(dv_), q_stride(q_stride_),
         kv_stride(kv_stride_), o_stride(g_.H * g_.hd), lo(lo_), c2(g_.scale * kLog2e), scale(g_.scale), nseg(nseg_) {
     const size_t row_n = static_cast<size_t>(g.nt * kTile * g.hd), tile_n = static_cast<size_t>(kTile * g.hd);
-    kt_all = scratch(0, row_n);
-    vt_all = scratch(1, row_n);
-    k_all = scratch(2, row_n);
+    bf = bf16_products(g), hp = g.hd / 2;
+    if (bf) {
+      kt2_all = pair_scratch(0, g.nt * hp * kTile);
+      vt2_all = pair_scratch(1, g.nt * hp * kTile);
+      kp2_all = pair_scratch(2, g.nt * kTile / 2 * g.hd);
+      q2 = pair_scratch(3, kTile * hp);
+      do2 = pair_scratch(4, kTile * hp);
+      qp2 = pair_scratch(5, kTile / 2 * g.hd);
+      dop2 = pair_scratch(6, kTile / 2 * g.hd);
+      ds2 = pair_scratch(7, kTile * kTile / 2);
+      pp2 = pair_scratch(8, kTile / 2 * kTile);
+      dsp2 = pair_scratch(9, kTile / 2 * kTile);
+    } else {
+      kt_all = scratch(0, row_n);
+      vt_all = scratch(1, row_n);
+      k_all = scratch(2, row_n);
+    }
     dk_own = nseg > 1 ? nullptr : scratch(3, row_n);
     dv_own = nseg > 1 ? nullptr : scratch(4, row_n);
     qbuf = scratch(5, tile_n);
@@ -407,6 +448,12 @@ struct BackwardWork {
       lse2[r] = lse[(b * g.H + h) * T + i0 + r] * kLog2e;
     }
     std::fill(dqacc, dqacc + nq * hd, 0.f);
+    if (bf) {
+      attn_bf16::round_rows(qbuf, hd, nq, hd, 1.f, q2, hp);
+      attn_bf16::round_rows(dobuf, hd, nq, hd, 1.f, do2, hp);
+      attn_bf16::pair_rows(qbuf, hd, 0, nq - 1, 0, (nq + 1) / 2, hd, qp2, hd);
+      attn_bf16::pair_rows(dobuf, hd, 0, nq - 1, 0, (nq + 1) / 2, hd, dop2, hd);
+    }
   }
 
   // The rows to request while this tile is computed: its dQ rows, the item's next query tile (the next head's
@@ -436,9 +483,15 @@ struct BackwardWork {
   void pack_key_tile(i64 j, int nk) {
     if (packed[j]) return;
     const i64 hd = g.hd, src = (b * g.T + j * kTile) * kv_stride + gh * hd;
-    pack_t(k + src, kv_stride, nk, hd, 1.f, kt_all + j * hd * kTile);
-    pack_t(v + src, kv_stride, nk, hd, 1.f, vt_all + j * hd * kTile);
-    pack_rows(k + src, kv_stride, nk, hd, k_all + j * kTile * hd);
+    if (bf) {
+      attn_bf16::round_rows_t(k + src, kv_stride, nk, hd, 1.f, kt2_all + j * hp * kTile);
+      attn_bf16::round_rows_t(v + src, kv_stride, nk, hd, 1.f, vt2_all + j * hp * kTile);
+      attn_bf16::pair_rows(k + src, kv_stride, 0, nk - 1, 0, (nk + 1) / 2, hd, kp2_all + j * kTile / 2 * hd, hd);
+    } else {
+      pack_t(k + src, kv_stride, nk, hd, 1.f, kt_all + j * hd * kTile);
+      pack_t(v + src, kv_stride, nk, hd, 1.f, vt_all + j * hd * kTile);
+      pack_rows(k + src, kv_stride, nk, hd, k_all + j * kTile * hd);
+    }
     packed[j] = 1;
   }
 
@@ -456,16 +509,32 @@ struct BackwardWork {
     }
     // Step 3: S = Q K^T and dP = dO V^T on the visible vectors of this row block.
     pf.step(8);
-    block(mr, 16 * (v1 - v0), hd, qbuf + r0 * hd, hd, 1, kt_all + j * hd * kTile + 16 * v0, kTile, prow0 + 16 * v0,
-          kTile, false);
-    block(mr, 16 * (v1 - v0), hd, dobuf + r0 * hd, hd, 1, vt_all + j * hd * kTile + 16 * v0, kTile, dsrow0 + 16 * v0,
-          kTile, false);
+    if (bf) {
+      attn_bf16::block(mr, 16 * (v1 - v0), hp, q2 + r0 * hp, hp, 1, kt2_all + j * hp * kTile + 16 * v0, kTile,
+                       prow0 + 16 * v0, kTile, false);
+      attn_bf16::block(mr, 16 * (v1 - v0), hp, do2 + r0 * hp, hp, 1, vt2_all + j * hp * kTile + 16 * v0, kTile,
+                       dsrow0 + 16 * v0, kTile, false);
+    } else {
+      block(mr, 16 * (v1 - v0), hd, qbuf + r0 * hd, hd, 1, kt_all + j * hd * kTile + 16 * v0, kTile, prow0 + 16 * v0,
+            kTile, false);
+      block(mr, 16 * (v1 - v0), hd, dobuf + r0 * hd, hd, 1, vt_all + j * hd * kTile + 16 * v0, kTile,
+            dsrow0 + 16 * v0, kTile, false);
+    }
     // Step 4: P = 2^(S c2 - lse2), dS = P (dP - D) scale; zero outside the visible range (the transposed
     // products of step 6 read whole columns).
     for (int r = r0; r < r0 + mr; ++r) softmax_grad_row(r, v0, v1);
     // Step 5: dQ[r0:r0+mr] += dS K over the keys these rows see (dS already carries the scale).
     const int kb = tm.kb[rb], ke = tm.ke[rb];
-    block(mr, hd, ke - kb, dsrow0 + kb, kTile, 1, k_all + j * kTile * hd + kb * hd, hd, dqacc + r0 * hd, hd, true);
+    if (bf) {
+      // dS rows rounded (whole rows: keys outside the visible range are zero there); the key pairs covering kb..ke-1.
+      constexpr int kp = kTile / 2;
+      const int pa = kb / 2, pz = (ke + 1) / 2;
+      attn_bf16::round_rows(dsrow0, kTile, mr, kTile, 1.f, ds2 + r0 * kp, kp);
+      attn_bf16::block(mr, hd, pz - pa, ds2 + r0 * kp + pa, kp, 1, kp2_all + (j * kp + pa) * hd, hd, dqacc + r0 * hd,
+                       hd, true);
+    } else {
+      block(mr, hd, ke - kb, dsrow0 + kb, kTile, 1, k_all + j * kTile * hd + kb * hd, hd, dqacc + r0 * hd, hd, true);
+    }
   }
 
   // Step 4 for query row r, whose visible keys lie in the 16-key vectors [v0, v1) of its block.
@@ -499,6 +568,15 @@ struct BackwardWork {
     if (rz < 0) return;
     const i64 nr = rz - ra + 1;
     pf.step(8);
+    if (bf) {
+      // The query pairs covering ra..rz; rows outside see none of these keys, so their P and dS are zero there.
+      const int pa = ra / 2, pz = rz / 2 + 1;
+      attn_bf16::block(mc, hd, pz - pa, pp2 + pa * kTile + c0, 1, kTile, dop2 + pa * hd, hd, dvacc + (k0 + c0) * hd, hd,
+                       true);
+      attn_bf16::block(mc, hd, pz - pa, dsp2 + pa * kTile + c0, 1, kTile, qp2 + pa * hd, hd, dkacc + (k0 + c0) * hd,
+                       hd, true);
+      return;
+    }
     block(mc, hd, nr, pbuf + ra * kTile + c0, 1, kTile, dobuf + ra * hd, hd, dvacc + (k0 + c0) * hd, hd, true);
     block(mc, hd, nr, dsbuf + ra * kTile + c0, 1, kTile, qbuf + ra * hd, hd, dkacc + (k0 + c0) * hd, hd, true);
   }
@@ -510,6 +588,10 @@ struct BackwardWork {
     pack_key_tile(j, nk);
     tm.build(lo_row, i0, nq, k0, nk);
     for (int rb = 0; rb * kRB < nq; ++rb) query_block(j, rb);
+    if (bf) {  // P and dS as query pairs for step 6 (the padding row of an odd nq reads as zero)
+      attn_bf16::pair_rows(pbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, pp2, kTile);
+      attn_bf16::pair_rows(dsbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, dsp2, kTile);
+    }
     for (int cb = 0; cb * kRB < nk; ++cb) key_block(k0, nk, cb);
   }
 
