@@ -1,6 +1,6 @@
 // Micro-benchmarks of causal softmax attention at the bench config: B=8, T=1024, H=Hkv=4, hd=64, q/k/v
 // inside a fused row of stride 3*256 = 768. Arg 0: window (0 = full causal, else W keys incl. self); arg 1: 1 = under
-// --precision bf16 (the products in bf16 where the CPU has AVX512_BF16, ops/attention_bf16.h; skipped elsewhere).
+// --precision bf16 (the products in bf16 where the CPU has AVX512_BF16, ops/bf16_pairs.h; skipped elsewhere).
 // Counters: GFLOP/s = causal flops / wall time, forward 4*hd*pairs per head where pairs = sum_t min(t+1, W)
 // (T^2/2 for full causal), backward 2.5x forward.
 #include <benchmark/benchmark.h>
@@ -11,7 +11,7 @@
 
 #include "core/rng.h"
 #include "ops/attention.h"
-#include "ops/attention_bf16.h"
+#include "ops/bf16_pairs.h"
 #include "ops/precision.h"
 
 using hlm::i64;
@@ -45,7 +45,7 @@ double forward_flops(i64 window) {
 // The precision scope of arg 1 (nullptr for fp32); false when bf16 products cannot run here.
 bool precision_of(benchmark::State& st, std::unique_ptr<hlm::ops::PrecisionScope>& scope) {
   if (st.range(1) == 0) return true;
-  if (!hlm::ops::attn_bf16::available()) {
+  if (!hlm::ops::bf16_pairs::available()) {
     st.SkipWithError("no AVX512_BF16 on this CPU");
     return false;
   }

@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/simd_target.h"
 #include "ops/attention.h"
-#include "ops/attention_bf16.h"
+#include "ops/bf16_pairs.h"
 #include "ops/precision.h"
 #include "testing.h"
 
@@ -518,19 +517,16 @@ TEST(Attention, KeyOffsetBadArgumentsThrow) {
   }
 }
 
-// ---- bf16 products (--precision bf16, ops/attention_bf16.h) -----------------------------------------------------
+// ---- bf16 products (--precision bf16, ops/bf16_pairs.h) -----------------------------------------------------
 // The same kernels with their seven products in bf16 (fp32 accumulation) against the double reference on the fp32
 // inputs. Bound (docs/precision.md): rel RMS <= 4 u_bf sqrt(N), N the bf16 roundings along an output's chain:
 // o: q, k (the scores), P and v: 4; lse: q, k: 2; dv: q, k, P, dO: 4; dq, dk: q, k, dO, v (P and dP), dS and the
 // other operand: 6.
 namespace {
 
-// Skips unless the bf16 products run here: AVX512_BF16 and an AVX-512 Highway target (not forced lower).
-#define SKIP_UNLESS_BF16_ATTENTION()                                                                             \
-  do {                                                                                                           \
-    if (!ops::attn_bf16::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: attention keeps fp32 products"; \
-    if (simd_target().rfind("AVX3", 0) != 0) GTEST_SKIP() << "SIMD target " << simd_target() << " is not AVX-512"; \
-  } while (0)
+// Skips unless the bf16 products run here (AVX512_BF16).
+#define SKIP_UNLESS_BF16_ATTENTION() \
+  if (!ops::bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: attention keeps fp32 products"
 
 double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;

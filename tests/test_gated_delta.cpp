@@ -14,7 +14,9 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "ops/bf16_pairs.h"
 #include "ops/gated_delta.h"
+#include "ops/precision.h"
 #include "ops/l2norm.h"
 #include "testing.h"
 
@@ -561,4 +563,33 @@ TEST(L2Norm, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
   for (i64 n = 0; n < N; ++n)
     for (i64 i = 0; i < H * K; ++i) EXPECT_NEAR(z[n * xs + i], want[n * ys + i], 1e-15);
   EXPECT_THROW(l2norm_forward(x.data(), 3, y.data(), ys, rstd.data(), N, H, K, eps, scale), Error);
+}
+
+// Under --precision bf16 (CPUs with AVX512_BF16) the chunked kernel's products take bf16 operands (ops/kernel_blas.h,
+// ops/bf16_pairs.h) with fp32 accumulation. Bound (docs/precision.md): 4 u_bf sqrt(N), N the bf16 roundings along an
+// output's chain: per chunk k (twice), k and v scaled by beta, the triangular factor, W, the state, q, q k^T and the
+// new values as operands (10), the chunks carried in the state; gradients the forward's and the backward's chains.
+TEST(GatedDeltaBf16, ChunkedFollowsTheDoubleReferenceWithinTheBf16Bound) {
+  if (!bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: the scans keep fp32 products";
+  std::vector<Problem> ps;
+  for (const Cfg& c : kShapes) ps.push_back(make_problem(c.B, c.T, c.H, c.K, c.V, c.C, 8, c.init));
+  ps.push_back(make_problem(2, 150, 2, 64, 64, 64, 9));  // model size: two full chunks and a tail
+  for (const Problem& p : ps) {
+    const std::string what = "B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) + " K=" + std::to_string(p.K) +
+                             " V=" + std::to_string(p.V) + " C=" + std::to_string(p.C);
+    const double depth = 10.0 * static_cast<double>((p.T + p.C - 1) / p.C);
+    auto dO = rand_like(p.B * p.T * p.H * p.V, 10), dfin = rand_like(p.B * p.H * p.K * p.V, 11);
+    Result want = run<double>(p, Mode::Recurrent, dO, dfin);
+    Result f32 = run<float>(p, Mode::Chunked, dO, dfin);
+    const PrecisionScope bf(Precision::bf16, /*allow_emulated=*/true);
+    for (Mode m : {Mode::Chunked, Mode::ChunkedSaved}) {
+      Result got = run<float>(p, m, dO, dfin);
+      expect_fwd(got, want, bf16_tol(depth), "bf16 chunked " + what);
+      expect_bwd(got, want, bf16_tol(2 * depth), "bf16 chunked " + what);
+      // bf16 really ran: o differs from the fp32 kernel's by more than a tenth of u_bf.
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.o.size(); ++i) num += std::pow(got.o[i] - f32.o[i], 2), den += f32.o[i] * f32.o[i];
+      EXPECT_GT(std::sqrt(num / den), 0.1 * kBf16UnitRoundoff) << what;
+    }
+  }
 }

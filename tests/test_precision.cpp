@@ -213,11 +213,13 @@ TEST(Bf16, ModelGradientsFollowFp32WithinTheBf16Bound) {
   double l32 = 0, l16 = 0;
   const auto g32 = run(ops::Precision::fp32, &l32), g16 = run(ops::Precision::bf16, &l16);
   EXPECT_EQ(ops::precision(), ops::Precision::fp32);  // the scope restored it
-  // Depth in u_bf: 2 roundings per matmul along the forward chain (5 layers x 4 projections + the head = 21),
-  // the backward chain again, and the weight-gradient product: 2 (21 + 21 + 1) = 86.
-  EXPECT_NEAR(l16, l32, std::fabs(l32) * bf16_tol(42));
+  // Depth in u_bf: along the forward chain 2 roundings per matmul (5 layers x 4 projections + the head = 21) and,
+  // where the CPU has AVX512_BF16, the mixer kernels' own (docs/precision.md: attention 4 for F and S, the scalar
+  // decay scan 6 for L and M, GDN 10; one chunk at T = 40): 42 + 30 = 72; the backward chain again, and the
+  // weight-gradient product's 2: 146.
+  EXPECT_NEAR(l16, l32, std::fabs(l32) * bf16_tol(72));
   EXPECT_NE(l16, l32);
-  EXPECT_TRUE(close_rel(g16, g32, bf16_tol(86)));
+  EXPECT_TRUE(close_rel(g16, g32, bf16_tol(146)));
   // Reproducible like fp32: the same step again gives the same bits.
   double again = 0;
   EXPECT_EQ(run(ops::Precision::bf16, &again), g16);

@@ -14,6 +14,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "ops/bf16_pairs.h"
+#include "ops/precision.h"
 #include "ops/scalar_decay_scan.h"
 #include "testing.h"
 
@@ -603,4 +605,35 @@ TEST(ScalarDecayScan, BadArgumentsThrow) {
   a = r.a;  // step needs T == 1
   std::vector<float> st(d.state_size());
   EXPECT_THROW(scalar_decay_step(a, st.data(), o.data()), Error);
+}
+
+// Under --precision bf16 (CPUs with AVX512_BF16) the chunked kernel's products take bf16 operands (ops/kernel_blas.h,
+// ops/bf16_pairs.h) with fp32 accumulation. Bound (docs/precision.md): 4 u_bf sqrt(N), N the bf16 roundings along an
+// output's chain: per chunk q, k, v, the state and the masked q k^T as operands (6 with margin), the chunks carried
+// in the state; gradients the forward's and the backward's chains.
+TEST(ScalarDecayScanBf16, ChunkedFollowsTheDoubleReferenceWithinTheBf16Bound) {
+  if (!bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: the scans keep fp32 products";
+  for (const Case& c : shape_cases()) {
+    SCOPED_TRACE(name(c));
+    const double depth = 6.0 * static_cast<double>((c.T + c.C - 1) / c.C);
+    Data d(c);
+    std::vector<double> o, fin;
+    reference_forward(d, o, fin);
+    auto dout = rand_vec(d.o_size(), 300 + c.seed), dfin = rand_vec(d.state_size(), 400 + c.seed);
+    ScanRun<double> rec(d);
+    rec.backward(d, false, dout, dfin);
+    ScanRun<float> f32(d);
+    f32.forward(d, true);
+    const PrecisionScope bf(Precision::bf16, /*allow_emulated=*/true);
+    ScanRun<float> got(d);
+    got.forward(d, true);
+    expect_forward(got, o, fin, bf16_tol(depth), "chunked<float> bf16");
+    got.backward(d, true, dout, dfin);
+    EXPECT_TRUE(got.paddings(d));
+    expect_grads(got.grads(d), rec.grads(d), bf16_tol(2 * depth), "chunked<float> bf16");
+    // bf16 really ran: the output differs from the fp32 kernel's by more than a tenth of u_bf.
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.o.size(); ++i) num += std::pow(double(got.o[i]) - f32.o[i], 2), den += o[i] * o[i];
+    EXPECT_GT(std::sqrt(num / den), 0.1 * kBf16UnitRoundoff);
+  }
 }

@@ -28,9 +28,8 @@
 
 #include "core/error.h"
 #include "core/simd_target.h"
-#include "ops/attention_bf16.h"
+#include "ops/bf16_pairs.h"
 #include "ops/attention_tiles.h"
-#include "ops/precision.h"
 #include "ops/transpose16.h"
 
 #include "core/simd_config.h"  // before any Highway header
@@ -170,19 +169,12 @@ void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) 
 #endif
 }
 
-// Under --precision bf16, the products run in bf16 with fp32 accumulation (ops/attention_bf16.h) where the CPU has
-// AVX512_BF16 and this is an AVX-512 target (a forced lesser target, e.g. HLM_SIMD=AVX2, keeps fp32); the softmax,
-// its statistics, the accumulators and the outputs stay fp32. Pairs run along the head dimension, so hd is even.
-inline bool bf16_products(const Geo& g) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  return precision() == Precision::bf16 && g.hd % 2 == 0 && attn_bf16::available();
-#else
-  (void)g;
-  return false;
-#endif
-}
+// Under --precision bf16, the products run in bf16 with fp32 accumulation (ops/bf16_pairs.h) where the CPU has
+// AVX512_BF16, whatever the Highway target; the softmax, its statistics, the accumulators and the outputs stay fp32.
+// Pairs run along the head dimension, so hd is even (an odd hd keeps fp32 products).
+inline bool bf16_products(const Geo& g) { return g.hd % 2 == 0 && bf16_pairs::active(); }
 
-using attn_bf16::Pair;
+using bf16_pairs::Pair;
 inline Pair* pair_scratch(int slot, i64 n) { return thread_scratch<Pair>(slot, n); }
 
 }  // namespace
@@ -239,7 +231,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
           const int nq = static_cast<int>(std::min<i64>(kTile, T - i0)), nqv = (nq + 15) / 16;
           const int32_t* lo_row = lo + b * T + i0;
           if (bf)
-            attn_bf16::round_rows_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt2);
+            bf16_pairs::round_rows_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt2, kTile, kTile);
           else
             pack_t(q + (b * T + i0) * q_stride + h * hd, q_stride, nq, hd, c2, qt);
           const i64 j_first = lo_row[0] / kTile, j_last = (i0 + off + nq - 1) / kTile;
@@ -270,8 +262,8 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
             if (!packed[j]) {
               const float *ksrc = k + (b * Tk + k0) * kv_stride + gh * hd, *vsrc = v + (b * Tk + k0) * kv_stride + gh * hd;
               if (bf) {
-                attn_bf16::round_rows(ksrc, kv_stride, nk, hd, 1.f, k2, hp);
-                attn_bf16::pair_rows(vsrc, kv_stride, 0, nk - 1, 0, (nk + 1) / 2, hd, v2, hd);
+                bf16_pairs::round_rows(ksrc, kv_stride, nk, hd, 1.f, k2, hp);
+                bf16_pairs::pair_rows(vsrc, kv_stride, 0, nk - 1, 0, (nk + 1) / 2, hd, v2, hd);
               } else {
                 pack_rows(ksrc, kv_stride, nk, hd, kbuf);
                 pack_rows(vsrc, kv_stride, nk, hd, vbuf);
@@ -284,7 +276,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               if (w0 == w1) continue;
               pf.step(12);
               if (bf)
-                attn_bf16::block(mc, 16 * (w1 - w0), hp, k2 + c0 * hp, hp, 1, qt2 + 16 * w0, kTile,
+                bf16_pairs::block(mc, 16 * (w1 - w0), hp, k2 + c0 * hp, hp, 1, qt2 + 16 * w0, kTile,
                                  st + c0 * kTile + 16 * w0, kTile, false);
               else
                 block(mc, 16 * (w1 - w0), hd, kbuf + c0 * hd, hd, 1, qt + 16 * w0, kTile, st + c0 * kTile + 16 * w0,
@@ -321,7 +313,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
                 hn::Store(a, d, alpha + q0);
               }
               // P^T rows [ca, cz] as key pairs for the bf16 PV product (keys outside read as zero).
-              if (bf) attn_bf16::pair_rows(st + 16 * qv, kTile, ca, cz, ca / 2, cz / 2 + 1, 16, pt2 + 16 * qv, kTile);
+              if (bf) bf16_pairs::pair_rows(st + 16 * qv, kTile, ca, cz, ca / 2, cz / 2 + 1, 16, pt2 + 16 * qv, kTile);
             }
             // O = alpha * O + P V, per block of 4 queries over the keys they see.
             for (int r = 0; r < nq; ++r)
@@ -333,7 +325,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               pf.step(12);
               if (bf) {
                 const int pa = kb / 2, pz = (ke + 1) / 2;  // the key pairs covering kb .. ke-1
-                attn_bf16::block(mr, hd, pz - pa, pt2 + pa * kTile + r0, 1, kTile, v2 + pa * hd, hd, oacc + r0 * hd, hd,
+                bf16_pairs::block(mr, hd, pz - pa, pt2 + pa * kTile + r0, 1, kTile, v2 + pa * hd, hd, oacc + r0 * hd, hd,
                                  true);
               } else {
                 block(mr, hd, ke - kb, st + kb * kTile + r0, 1, kTile, vbuf + kb * hd, hd, oacc + r0 * hd, hd, true);
@@ -449,10 +441,10 @@ struct BackwardWork {
     }
     std::fill(dqacc, dqacc + nq * hd, 0.f);
     if (bf) {
-      attn_bf16::round_rows(qbuf, hd, nq, hd, 1.f, q2, hp);
-      attn_bf16::round_rows(dobuf, hd, nq, hd, 1.f, do2, hp);
-      attn_bf16::pair_rows(qbuf, hd, 0, nq - 1, 0, (nq + 1) / 2, hd, qp2, hd);
-      attn_bf16::pair_rows(dobuf, hd, 0, nq - 1, 0, (nq + 1) / 2, hd, dop2, hd);
+      bf16_pairs::round_rows(qbuf, hd, nq, hd, 1.f, q2, hp);
+      bf16_pairs::round_rows(dobuf, hd, nq, hd, 1.f, do2, hp);
+      bf16_pairs::pair_rows(qbuf, hd, 0, nq - 1, 0, (nq + 1) / 2, hd, qp2, hd);
+      bf16_pairs::pair_rows(dobuf, hd, 0, nq - 1, 0, (nq + 1) / 2, hd, dop2, hd);
     }
   }
 
@@ -484,9 +476,9 @@ struct BackwardWork {
     if (packed[j]) return;
     const i64 hd = g.hd, src = (b * g.T + j * kTile) * kv_stride + gh * hd;
     if (bf) {
-      attn_bf16::round_rows_t(k + src, kv_stride, nk, hd, 1.f, kt2_all + j * hp * kTile);
-      attn_bf16::round_rows_t(v + src, kv_stride, nk, hd, 1.f, vt2_all + j * hp * kTile);
-      attn_bf16::pair_rows(k + src, kv_stride, 0, nk - 1, 0, (nk + 1) / 2, hd, kp2_all + j * kTile / 2 * hd, hd);
+      bf16_pairs::round_rows_t(k + src, kv_stride, nk, hd, 1.f, kt2_all + j * hp * kTile, kTile, kTile);
+      bf16_pairs::round_rows_t(v + src, kv_stride, nk, hd, 1.f, vt2_all + j * hp * kTile, kTile, kTile);
+      bf16_pairs::pair_rows(k + src, kv_stride, 0, nk - 1, 0, (nk + 1) / 2, hd, kp2_all + j * kTile / 2 * hd, hd);
     } else {
       pack_t(k + src, kv_stride, nk, hd, 1.f, kt_all + j * hd * kTile);
       pack_t(v + src, kv_stride, nk, hd, 1.f, vt_all + j * hd * kTile);
@@ -510,9 +502,9 @@ struct BackwardWork {
     // Step 3: S = Q K^T and dP = dO V^T on the visible vectors of this row block.
     pf.step(8);
     if (bf) {
-      attn_bf16::block(mr, 16 * (v1 - v0), hp, q2 + r0 * hp, hp, 1, kt2_all + j * hp * kTile + 16 * v0, kTile,
+      bf16_pairs::block(mr, 16 * (v1 - v0), hp, q2 + r0 * hp, hp, 1, kt2_all + j * hp * kTile + 16 * v0, kTile,
                        prow0 + 16 * v0, kTile, false);
-      attn_bf16::block(mr, 16 * (v1 - v0), hp, do2 + r0 * hp, hp, 1, vt2_all + j * hp * kTile + 16 * v0, kTile,
+      bf16_pairs::block(mr, 16 * (v1 - v0), hp, do2 + r0 * hp, hp, 1, vt2_all + j * hp * kTile + 16 * v0, kTile,
                        dsrow0 + 16 * v0, kTile, false);
     } else {
       block(mr, 16 * (v1 - v0), hd, qbuf + r0 * hd, hd, 1, kt_all + j * hd * kTile + 16 * v0, kTile, prow0 + 16 * v0,
@@ -529,8 +521,8 @@ struct BackwardWork {
       // dS rows rounded (whole rows: keys outside the visible range are zero there); the key pairs covering kb..ke-1.
       constexpr int kp = kTile / 2;
       const int pa = kb / 2, pz = (ke + 1) / 2;
-      attn_bf16::round_rows(dsrow0, kTile, mr, kTile, 1.f, ds2 + r0 * kp, kp);
-      attn_bf16::block(mr, hd, pz - pa, ds2 + r0 * kp + pa, kp, 1, kp2_all + (j * kp + pa) * hd, hd, dqacc + r0 * hd,
+      bf16_pairs::round_rows(dsrow0, kTile, mr, kTile, 1.f, ds2 + r0 * kp, kp);
+      bf16_pairs::block(mr, hd, pz - pa, ds2 + r0 * kp + pa, kp, 1, kp2_all + (j * kp + pa) * hd, hd, dqacc + r0 * hd,
                        hd, true);
     } else {
       block(mr, hd, ke - kb, dsrow0 + kb, kTile, 1, k_all + j * kTile * hd + kb * hd, hd, dqacc + r0 * hd, hd, true);
@@ -571,9 +563,9 @@ struct BackwardWork {
     if (bf) {
       // The query pairs covering ra..rz; rows outside see none of these keys, so their P and dS are zero there.
       const int pa = ra / 2, pz = rz / 2 + 1;
-      attn_bf16::block(mc, hd, pz - pa, pp2 + pa * kTile + c0, 1, kTile, dop2 + pa * hd, hd, dvacc + (k0 + c0) * hd, hd,
+      bf16_pairs::block(mc, hd, pz - pa, pp2 + pa * kTile + c0, 1, kTile, dop2 + pa * hd, hd, dvacc + (k0 + c0) * hd, hd,
                        true);
-      attn_bf16::block(mc, hd, pz - pa, dsp2 + pa * kTile + c0, 1, kTile, qp2 + pa * hd, hd, dkacc + (k0 + c0) * hd,
+      bf16_pairs::block(mc, hd, pz - pa, dsp2 + pa * kTile + c0, 1, kTile, qp2 + pa * hd, hd, dkacc + (k0 + c0) * hd,
                        hd, true);
       return;
     }
@@ -589,8 +581,8 @@ struct BackwardWork {
     tm.build(lo_row, i0, nq, k0, nk);
     for (int rb = 0; rb * kRB < nq; ++rb) query_block(j, rb);
     if (bf) {  // P and dS as query pairs for step 6 (the padding row of an odd nq reads as zero)
-      attn_bf16::pair_rows(pbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, pp2, kTile);
-      attn_bf16::pair_rows(dsbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, dsp2, kTile);
+      bf16_pairs::pair_rows(pbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, pp2, kTile);
+      bf16_pairs::pair_rows(dsbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, dsp2, kTile);
     }
     for (int cb = 0; cb * kRB < nk; ++cb) key_block(k0, nk, cb);
   }

@@ -12,7 +12,7 @@ namespace hlm::ops {
 
 // Float only: the engine runs it in float and its test oracle is a plain double loop (tests/test_attention.cpp).
 // Under --precision bf16 its products run in bf16 with fp32 accumulation where the CPU has AVX512_BF16
-// (ops/attention_bf16.h); the softmax and its statistics stay fp32.
+// (ops/bf16_pairs.h); the softmax and its statistics stay fp32.
 struct AttentionArgs {
   i64 B = 1, T = 1, H = 1, Hkv = 1, hd = 64;
   i64 window = 0;     // 0 = full causal

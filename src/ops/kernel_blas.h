@@ -1,8 +1,11 @@
 #pragma once
 // The small dense products the scan kernels (ops/scalar_decay_scan.cpp, ops/gated_delta.cpp) are built from, for
 // both element types they are instantiated with: float, the engine, goes to oneDNN's sgemm (ops/matmul.h;
-// single-threaded inside the kernels' parallel regions); double, the test oracle, runs plain loops.
+// single-threaded inside the kernels' parallel regions), or under --precision bf16 on CPUs with AVX512_BF16 to the
+// bf16 pair products (ops/bf16_pairs.h: oneDNN's bf16 matmul is slower than its sgemm at these 64 x 64 sizes);
+// double, the test oracle, runs plain loops.
 #include "core/tensor.h"
+#include "ops/bf16_pairs.h"
 #include "ops/matmul.h"
 
 namespace hlm::ops {
@@ -10,7 +13,10 @@ namespace hlm::ops {
 // Row-major C[M,N] = alpha op(A) op(B) + beta C; lda, ldb, ldc are row strides.
 inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B, i64 ldb,
                  float beta, float* C, i64 ldc) {
-  matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (bf16_pairs::active())
+    bf16_pairs::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, double alpha, const double* A, i64 lda, const double* B,
                  i64 ldb, double beta, double* C, i64 ldc) {

@@ -4,8 +4,8 @@
 //   bf16: the dense layers' matmuls (ops::linear_forward / linear_backward: every projection, the SwiGLU MLP) and
 //         the LM head round both operands to bfloat16 and accumulate in fp32 (ops/matmul_bf16.h); their outputs,
 //         the weights (the master copy), the gradients, the optimizer state and every other op (norms, softmax,
-//         the scans and their small products) stay fp32; where the CPU has AVX512_BF16, the attention kernels'
-//         products (QK^T, PV and the backward's five) run in bf16 too (ops/attention_bf16.h), their softmax in fp32.
+//         the scans' states) stay fp32; where the CPU has AVX512_BF16, the attention kernels' products (QK^T, PV and
+//         the backward's five) and the chunked scans' small products run in bf16 too (ops/bf16_pairs.h).
 //         Mixed precision as in PyTorch's CPU autocast, without a loss scale: bf16 has fp32's exponent range.
 // docs/precision.md has the error analysis and the measurements.
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 // In-register transpose of a 16 x 16 block of 32-bit elements with AVX-512 (x86-64 only): the attention kernels' tile
-// packing (ops/attention.cpp, ops/attention_bf16.cpp). Highway 1.0 has no 16-lane transpose. Callers are compiled
+// packing (ops/attention.cpp, ops/bf16_pairs.cpp). Highway 1.0 has no 16-lane transpose. Callers are compiled
 // for AVX-512 (a Highway AVX3 target or a target attribute) and run only where the CPU has it.
 #if defined(__x86_64__)
 #include <immintrin.h>

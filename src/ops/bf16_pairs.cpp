@@ -1,11 +1,13 @@
-// bf16 products of the attention kernels with AVX512_BF16 (see ops/attention_bf16.h). Every function carries the
+// bf16 pair-packed products with AVX512_BF16 (see ops/bf16_pairs.h). Every function carries the
 // target attribute below instead of file-wide -m flags, so no inline function this file instantiates is compiled
 // for AVX-512 behind the back of the rest of the binary (it runs on AVX2-only CPUs too).
-#include "ops/attention_bf16.h"
+#include "ops/bf16_pairs.h"
 
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/precision.h"
+#include "ops/thread_scratch.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -19,10 +21,8 @@
 
 #define HLM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-namespace hlm::ops::attn_bf16 {
+namespace hlm::ops::bf16_pairs {
 namespace {
-
-constexpr int kTile = 64;  // the attention tile (ops/attention_tiles.h)
 
 HLM_BF16_TARGET inline __mmask16 first_lanes(i64 n) {
   return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
@@ -106,6 +106,8 @@ bool available() {
   return has;
 }
 
+bool active() { return precision() == Precision::bf16 && available(); }
+
 HLM_BF16_TARGET void block(int mr, i64 N, i64 K2, const Pair* A, i64 a_rs, i64 a_ks, const Pair* B, i64 ldb,
                            float* C, i64 ldc, bool acc) {
   for (i64 c0 = 0; c0 < N; c0 += 64) {
@@ -116,14 +118,16 @@ HLM_BF16_TARGET void block(int mr, i64 N, i64 K2, const Pair* A, i64 a_rs, i64 a
 
 HLM_BF16_TARGET void round_rows(const float* src, i64 stride, int n, i64 cols, float mul, Pair* dst, i64 ldd) {
   const __m512 vm = _mm512_set1_ps(mul);
-  for (int r = 0; r < n; ++r) round_row(src + r * stride, cols, vm, dst + r * ldd, cols / 2);
+  for (int r = 0; r < n; ++r) round_row(src + r * stride, cols, vm, dst + r * ldd, (cols + 1) / 2);
 }
 
-HLM_BF16_TARGET void round_rows_t(const float* src, i64 stride, int n, i64 hd, float mul, Pair* dst) {
-  const i64 np = hd / 2;
+HLM_BF16_TARGET void round_rows_t(const float* src, i64 stride, int n, i64 cols, float mul, Pair* dst, i64 ldd,
+                                  int n_out) {
+  const i64 np = (cols + 1) / 2;
   const __m512 vm = _mm512_set1_ps(mul);
   alignas(64) Pair rows[16 * 16];
-  for (int r0 = 0; r0 < kTile; r0 += 16)
+  for (int r0 = 0; r0 < n_out; r0 += 16) {
+    const __mmask16 out = first_lanes(n_out - r0);
     for (i64 p0 = 0; p0 < np; p0 += 16) {
       // 16 rows x 16 pair words, transposed in registers.
       const i64 nw = std::min<i64>(16, np - p0);
@@ -131,45 +135,83 @@ HLM_BF16_TARGET void round_rows_t(const float* src, i64 stride, int n, i64 hd, f
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) {
         if (r0 + i < n) {
-          round_row(src + (r0 + i) * stride + 2 * p0, 2 * nw, vm, rows + 16 * i, 16);
+          round_row(src + (r0 + i) * stride + 2 * p0, std::min<i64>(2 * nw, cols - 2 * p0), vm, rows + 16 * i, 16);
           a[i] = _mm512_load_ps(reinterpret_cast<const float*>(rows + 16 * i));
         } else {
           a[i] = _mm512_setzero_ps();
         }
       }
       transpose16(a);
-      for (i64 i = 0; i < nw; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(dst + (p0 + i) * kTile + r0), a[i]);
+      for (i64 i = 0; i < nw; ++i) _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + (p0 + i) * ldd + r0), out, a[i]);
     }
+  }
 }
 
 HLM_BF16_TARGET void pair_rows(const float* src, i64 stride, int r_lo, int r_hi, int p0, int p1, i64 cols, Pair* dst,
-                               i64 ldd) {
+                               i64 ldd, float mul) {
+  const __m512 vm = _mm512_set1_ps(mul);
   for (int p = p0; p < p1; ++p) {
     const int ra = 2 * p, rb = 2 * p + 1;
     const bool has_a = ra >= r_lo && ra <= r_hi, has_b = rb >= r_lo && rb <= r_hi;
     for (i64 c0 = 0; c0 < cols; c0 += 16) {
       const __mmask16 m = first_lanes(cols - c0);
-      const __m512 a = has_a ? _mm512_maskz_loadu_ps(m, src + ra * stride + c0) : _mm512_setzero_ps();
-      const __m512 b = has_b ? _mm512_maskz_loadu_ps(m, src + rb * stride + c0) : _mm512_setzero_ps();
+      const __m512 a = has_a ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + ra * stride + c0), vm) : _mm512_setzero_ps();
+      const __m512 b = has_b ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + rb * stride + c0), vm) : _mm512_setzero_ps();
       _mm512_mask_storeu_epi32(dst + p * ldd + c0, m, interleave(a, b));
     }
   }
 }
 
-}  // namespace hlm::ops::attn_bf16
+void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B, i64 ldb,
+          float beta, float* C, i64 ldc) {
+  HLM_CHECK(M >= 0 && N >= 0 && K >= 0 && M < (i64{1} << 30) && K < (i64{1} << 30),
+            "bf16 gemm: bad size M={} N={} K={}", M, N, K);
+  if (M == 0 || N == 0) return;
+  if (beta != 0.f && beta != 1.f)
+    for (i64 i = 0; i < M; ++i)
+      for (i64 j = 0; j < N; ++j) C[i * ldc + j] *= beta;
+  if (K == 0) {
+    if (beta == 0.f)
+      for (i64 i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.f);
+    return;
+  }
+  // op(A) as pairs along K (alpha folded in) and op(B) as [K2, N] pairs, in slots the attention kernels leave free.
+  const i64 K2 = (K + 1) / 2;
+  Pair* ap = thread_scratch<Pair>(14, M * K2);
+  Pair* bp = thread_scratch<Pair>(15, K2 * N);
+  i64 a_rs, a_ks;
+  if (!ta) {
+    round_rows(A, lda, static_cast<int>(M), K, alpha, ap, K2);
+    a_rs = K2, a_ks = 1;
+  } else {
+    pair_rows(A, lda, 0, static_cast<int>(K) - 1, 0, static_cast<int>(K2), M, ap, M, alpha);
+    a_rs = 1, a_ks = M;
+  }
+  if (!tb)
+    pair_rows(B, ldb, 0, static_cast<int>(K) - 1, 0, static_cast<int>(K2), N, bp, N);
+  else
+    round_rows_t(B, ldb, static_cast<int>(N), K, 1.f, bp, N, static_cast<int>(N));
+  for (i64 r0 = 0; r0 < M; r0 += 4)
+    block(static_cast<int>(std::min<i64>(4, M - r0)), N, K2, ap + r0 * a_rs, a_rs, a_ks, bp, N, C + r0 * ldc, ldc,
+          beta != 0.f);
+}
+
+}  // namespace hlm::ops::bf16_pairs
 
 #else  // not x86-64: never available, so never called
 
-namespace hlm::ops::attn_bf16 {
+namespace hlm::ops::bf16_pairs {
 
 bool available() { return false; }
+bool active() { return false; }
 
 [[noreturn]] static void unavailable() { throw Error("attention bf16 products need x86-64 with AVX512_BF16"); }
 void block(int, i64, i64, const Pair*, i64, i64, const Pair*, i64, float*, i64, bool) { unavailable(); }
 void round_rows(const float*, i64, int, i64, float, Pair*, i64) { unavailable(); }
-void round_rows_t(const float*, i64, int, i64, float, Pair*) { unavailable(); }
-void pair_rows(const float*, i64, int, int, int, int, i64, Pair*, i64) { unavailable(); }
+void round_rows_t(const float*, i64, int, i64, float, Pair*, i64, int) { unavailable(); }
+void pair_rows(const float*, i64, int, int, int, int, i64, Pair*, i64, float) { unavailable(); }
+void gemm(bool, bool, i64, i64, i64, float, const float*, i64, const float*, i64, float, float*, i64) { unavailable(); }
 
-}  // namespace hlm::ops::attn_bf16
+}  // namespace hlm::ops::bf16_pairs
 
 #endif
