@@ -8,11 +8,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cli_harness.h"
 #include "model/model.h"
+#include "ops/bf16_pairs.h"
 #include "ops/cross_entropy.h"
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
@@ -99,19 +101,24 @@ TEST(Bf16, RoundingIsToNearestEvenAndKeepsSpecialValues) {
   EXPECT_EQ(dst, (std::vector<bf16>{0x3f80, 0x4000, 0x4040, 0x4080}));
 }
 
-TEST(Bf16, MatmulMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
-  SKIP_WITHOUT_BF16_MATMUL();
+namespace {
+// C = alpha op(A) op(B) + beta C by `product` (fp32 operands in, rounding its own business) in all four layouts,
+// beta 0, 1 and 1/2, strided rows, K odd, against double products of the rounded and of the fp32 operands. alpha is
+// `alpha_half` with beta = 1/2, else 1.
+using Product = std::function<void(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const std::vector<float>& A,
+                                   i64 lda, const std::vector<float>& B, i64 ldb, float beta, float* C, i64 ldc)>;
+void expect_bf16_product_in_every_layout(const Product& product, float alpha_half) {
   const i64 M = 37, N = 29, K = 75;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (float beta : {0.f, 1.f, 0.5f}) {
-        const float alpha = beta == 0.5f ? 0.75f : 1.f;
+        const float alpha = beta == 0.5f ? alpha_half : 1.f;
         const i64 lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;  // row strides wider than rows
         const auto A = randn(static_cast<size_t>((ta ? K : M) * lda), 1);
         const auto B = randn(static_cast<size_t>((tb ? N : K) * ldb), 2);
         auto C = randn(static_cast<size_t>(M * ldc), 3);
         const auto C0 = C;
-        ops::matmul_bf16(ta, tb, M, N, K, alpha, to_bf16(A).data(), lda, to_bf16(B).data(), ldb, beta, C.data(), ldc);
+        product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C.data(), ldc);
         const std::string what = fmt::format("ta={} tb={} beta={}", ta, tb, beta);
         const double acc_tol = fp32_tol(fp32_depth({double(K), 2}));
         // Against the exact product of the rounded operands: only fp32 accumulation (K, plus the beta term).
@@ -125,6 +132,29 @@ TEST(Bf16, MatmulMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
         for (i64 i = 0; i < M; ++i)
           for (i64 j = N; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], C0[i * ldc + j]) << what;
       }
+}
+}  // namespace
+
+TEST(Bf16, MatmulMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
+  SKIP_WITHOUT_BF16_MATMUL();
+  expect_bf16_product_in_every_layout(
+      [](bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const std::vector<float>& A, i64 lda,
+         const std::vector<float>& B, i64 ldb, float beta, float* C, i64 ldc) {
+        ops::matmul_bf16(ta, tb, M, N, K, alpha, to_bf16(A).data(), lda, to_bf16(B).data(), ldb, beta, C, ldc);
+      },
+      0.75f);
+}
+
+// The scans' small products (ops/bf16_pairs.h gemm; its alpha scales A before the rounding, so a power of two keeps
+// the reference exact).
+TEST(Bf16, PairGemmMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
+  if (!ops::bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  expect_bf16_product_in_every_layout(
+      [](bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const std::vector<float>& A, i64 lda,
+         const std::vector<float>& B, i64 ldb, float beta, float* C, i64 ldc) {
+        ops::bf16_pairs::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C, ldc);
+      },
+      -0.5f);
 }
 
 TEST(Bf16, LinearLayersRoundBothOperandsUnderTheScope) {
