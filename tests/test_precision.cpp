@@ -286,5 +286,10 @@ TEST(Bf16, CliTrainsInBf16AndRecordsItWhereTheCpuHasIt) {
   const auto b = nlohmann::json::parse(run_cli("bench " + tiny_model_flags() +
                                                "--seq-len 16 --batch 2 --steps 1 --warmup 0 --json --precision bf16").out);
   EXPECT_EQ(b.at("precision"), "bf16");
+  // The attention and scan products ran in bf16 where the CPU has AVX512_BF16 (not under fp32).
+  EXPECT_EQ(b.at("bf16_kernels").get<bool>(), ops::bf16_pairs::available());
+  const auto f = nlohmann::json::parse(
+      run_cli("bench " + tiny_model_flags() + "--seq-len 16 --batch 2 --steps 1 --warmup 0 --json").out);
+  EXPECT_FALSE(f.at("bf16_kernels").get<bool>());
 }
 #endif

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/simd_target.h"
 #include "core/timer.h"
+#include "ops/bf16_pairs.h"
 #include "ops/precision.h"
 #include "train/distributed.h"
 #include "train/optimizer.h"
@@ -110,6 +111,8 @@ Command register_bench(CLI::App& app) {
                                 {"ranks", world}, {"allreduce_ms", comm_ms[comm_ms.size() / 2]},
                                 {"gradient_mb", model.param_floats() * 4.0 / (1 << 20)},
                                 {"simd", simd_target()}, {"simd_available", simd_targets_available()},
+                                // bf16 attention and scan products (AVX512_BF16) ran, not only the bf16 matmuls
+                                {"bf16_kernels", ops::bf16_pairs::active()},
                                 {"cpu", cpu_model_name()}};
             if (!dist::is_root()) return 0;
             if (o->json) print_json(r);
