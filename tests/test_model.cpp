@@ -8,6 +8,7 @@
 #include "core/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "ops/precision.h"
 #include "testing.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -126,8 +127,11 @@ TEST(Model, GradientMatchesFiniteDifferencesWithEveryMixerKind) {
 }
 
 // --recompute reruns each block's forward before its backward: the same ops in the same order, so loss and every
-// gradient are bitwise those of the plain path (with documents, every mixer kind), in a smaller arena.
-TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsInLessMemory) {
+// gradient are bitwise those of the plain path (with documents, every mixer kind), in a smaller arena; in fp32 and
+// in bf16 (whose kernels are deterministic too).
+namespace {
+void expect_recompute_bitwise_the_same(ops::Precision precision) {
+  const ops::PrecisionScope scope(precision, /*allow_emulated=*/true);
   json j = tiny("GMLSF").to_json();
   j["n_layers"] = 5;
   j["chunk_size"] = 8;
@@ -162,6 +166,16 @@ TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsInLessMemory) {
   // Five blocks' activations against one block plus six residual buffers (the arena throws if it is too small);
   // the backward temporaries and the largest mixer scratch are common to both (0.67 of the plain arena here).
   EXPECT_LT(static_cast<double>(rec.arena_bytes()), 0.75 * static_cast<double>(plain.arena_bytes()));
+}
+}  // namespace
+
+TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsInLessMemory) {
+  expect_recompute_bitwise_the_same(ops::Precision::fp32);
+}
+
+TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsInBf16) {
+  if (!ops::bf16_matmul_available()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU";
+  expect_recompute_bitwise_the_same(ops::Precision::bf16);
 }
 
 TEST(Model, MemorisesOneBatch) {
