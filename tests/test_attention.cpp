@@ -276,19 +276,37 @@ TEST(Attention, KernelGradientMatchesFiniteDifferences) {
   }
 }
 
+namespace {
+// Two rows of T = 150 tokens: row 0 packs documents of length 40, 1, 70, 39; row 1 is one document.
+const std::vector<std::vector<i64>> kPackedDocs = {{40, 1, 70, 39}, {150}};
+
+// The packed rows with window W, random q/k/v (seed + W) and dout (seed + 1), and the masked double reference.
+struct PackedCase {
+  Case c;
+  std::vector<int32_t> ds;
+  std::vector<float> qkv, dout;
+  Ref ref;
+};
+PackedCase packed_case(i64 W, uint64_t seed) {
+  PackedCase p{Case{2, 150, 4, 2, 32, W}, doc_start_from_lengths(150, kPackedDocs), {}, {}, {}};
+  p.qkv = randn(p.c.B * p.c.T * p.c.stride(), seed + W);
+  p.dout = randn(p.c.B * p.c.T * p.c.H * p.c.hd, seed + 1);
+  const auto dd = to_double(p.dout);
+  p.ref = reference(p.c, to_double(p.qkv), &dd, &p.ds);
+  return p;
+}
+}  // namespace
+
 TEST(Attention, PackedDocumentsEqualSeparateRuns) {
-  const i64 T = 150;
-  // Row 0: documents of length 40, 1, 70, 39; row 1: 150 (one document).
-  const std::vector<std::vector<i64>> docs = {{40, 1, 70, 39}, {150}};
   for (i64 W : {i64{0}, i64{23}}) {
-    Case c{2, T, 4, 2, 32, W};
-    std::vector<int32_t> ds = doc_start_from_lengths(T, docs);
-    auto qkv = randn(c.B * T * c.stride(), 61 + W);
-    auto dout = randn(c.B * T * c.H * c.hd, 62);
-    auto packed = run_kernel(c, qkv, &dout, &ds);
+    const PackedCase p = packed_case(W, 61);
+    const Case& c = p.c;
+    const i64 T = c.T;
+    const auto &qkv = p.qkv, &dout = p.dout;
+    const auto& docs = kPackedDocs;
+    const Ref& ref = p.ref;
+    auto packed = run_kernel(c, qkv, &dout, &p.ds);
     // The packed run also matches the masked reference.
-    auto dd = to_double(dout);
-    auto ref = reference(c, to_double(qkv), &dd, &ds);
     EXPECT_TRUE(close_rel(packed.o, ref.o, 2e-6, "packed o"));
     for (int w = 0; w < 3; ++w)
       EXPECT_TRUE(close_rel(slots(c, packed.dqkv, w), slots(c, ref.dqkv, w), 1e-5, "packed grad"));
@@ -528,12 +546,6 @@ namespace {
 #define SKIP_UNLESS_BF16_ATTENTION() \
   if (!ops::bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: attention keeps fp32 products"
 
-double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / den);
-}
-
 }  // namespace
 
 TEST(AttentionBf16, ForwardAndBackwardFollowTheDoubleReferenceWithinTheBf16Bound) {
@@ -554,7 +566,7 @@ TEST(AttentionBf16, ForwardAndBackwardFollowTheDoubleReferenceWithinTheBf16Bound
     EXPECT_TRUE(close_rel(got.o, ref.o, bf16_tol(4), "o " + c.name()));
     EXPECT_TRUE(close_rel(got.lse, ref.lse, bf16_tol(2), "lse " + c.name()));
     // bf16 really ran: o differs from the fp32 kernel's by more than a tenth of u_bf (fp32 alone: ~1e-7).
-    EXPECT_GT(rel_rms(got.o, fp32.o), 0.1 * kBf16UnitRoundoff) << c.name();
+    EXPECT_GT(rel_rms_diff(got.o, fp32.o), 0.1 * kBf16UnitRoundoff) << c.name();
     const double dv_rms = rms(slots(c, ref.dqkv, 2));
     for (int w = 0; w < 3; ++w) {
       const std::string what = std::string(w == 0 ? "dq " : w == 1 ? "dk " : "dv ") + c.name();
@@ -571,20 +583,13 @@ TEST(AttentionBf16, ForwardAndBackwardFollowTheDoubleReferenceWithinTheBf16Bound
 
 TEST(AttentionBf16, PackedDocumentsFollowTheMaskedReference) {
   SKIP_UNLESS_BF16_ATTENTION();
-  const i64 T = 150;
-  const std::vector<std::vector<i64>> docs = {{40, 1, 70, 39}, {150}};
   for (i64 W : {i64{0}, i64{23}}) {
-    Case c{2, T, 4, 2, 32, W};
-    std::vector<int32_t> ds = doc_start_from_lengths(T, docs);
-    auto qkv = randn(c.B * T * c.stride(), 71 + W);
-    auto dout = randn(c.B * T * c.H * c.hd, 72);
-    auto dd = to_double(dout);
-    auto ref = reference(c, to_double(qkv), &dd, &ds);
+    const PackedCase p = packed_case(W, 71);
     const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
-    auto got = run_kernel(c, qkv, &dout, &ds);
-    EXPECT_TRUE(close_rel(got.o, ref.o, bf16_tol(4), "o W=" + std::to_string(W)));
+    auto got = run_kernel(p.c, p.qkv, &p.dout, &p.ds);
+    EXPECT_TRUE(close_rel(got.o, p.ref.o, bf16_tol(4), "o W=" + std::to_string(W)));
     for (int w = 0; w < 3; ++w)
-      EXPECT_TRUE(close_rel(slots(c, got.dqkv, w), slots(c, ref.dqkv, w), bf16_tol(w == 2 ? 4 : 6),
+      EXPECT_TRUE(close_rel(slots(p.c, got.dqkv, w), slots(p.c, p.ref.dqkv, w), bf16_tol(w == 2 ? 4 : 6),
                             "grad " + std::to_string(w) + " W=" + std::to_string(W)));
   }
 }

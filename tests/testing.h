@@ -130,6 +130,17 @@ inline double fp32_tol(double depth) { return kFp32Lambda * kFp32UnitRoundoff * 
 constexpr double kBf16UnitRoundoff = 0x1p-8;
 inline double bf16_tol(double depth) { return kFp32Lambda * kBf16UnitRoundoff * std::sqrt(depth); }
 
+// rms(a - b) / rms(b): how far a bf16 run is from the fp32 kernel's (tests check bf16 really ran: > 0.1 u_bf).
+template <typename A, typename B>
+double rel_rms_diff(const A& a, const B& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = double(a[i]) - double(b[i]);
+    num += d * d, den += double(b[i]) * double(b[i]);
+  }
+  return std::sqrt(num / den);
+}
+
 // Central finite difference of a scalar loss w.r.t. x[i] (x is perturbed in place and restored).
 template <typename T>
 double fd_grad(std::vector<T>& x, size_t i, const std::function<double()>& loss, double eps) {

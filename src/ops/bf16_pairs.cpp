@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/matmul.h"
 #include "ops/precision.h"
 #include "ops/thread_scratch.h"
 
@@ -164,17 +165,11 @@ HLM_BF16_TARGET void pair_rows(const float* src, i64 stride, int r_lo, int r_hi,
 
 void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B, i64 ldb,
           float beta, float* C, i64 ldc) {
-  HLM_CHECK(M >= 0 && N >= 0 && K >= 0 && M < (i64{1} << 30) && K < (i64{1} << 30),
-            "bf16 gemm: bad size M={} N={} K={}", M, N, K);
-  if (M == 0 || N == 0) return;
-  if (beta != 0.f && beta != 1.f)
+  if (!matmul_needs_product("bf16_pairs::gemm", ta, tb, M, N, K, lda, ldb, beta, C, ldc)) return;
+  HLM_CHECK(M < (i64{1} << 30) && K < (i64{1} << 30), "bf16_pairs::gemm: too large M={} K={}", M, K);
+  if (beta != 0.f && beta != 1.f)  // block() overwrites or adds
     for (i64 i = 0; i < M; ++i)
       for (i64 j = 0; j < N; ++j) C[i * ldc + j] *= beta;
-  if (K == 0) {
-    if (beta == 0.f)
-      for (i64 i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.f);
-    return;
-  }
   // op(A) as pairs along K (alpha folded in) and op(B) as [K2, N] pairs, in slots the attention kernels leave free.
   const i64 K2 = (K + 1) / 2;
   Pair* ap = thread_scratch<Pair>(14, M * K2);
