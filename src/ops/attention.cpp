@@ -260,7 +260,8 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
             Pair* k2 = bf ? k2_all + k0 * hp : nullptr;  // [nk, hd/2]
             Pair* v2 = bf ? v2_all + k0 / 2 * hd : nullptr;  // [(nk+1)/2, hd]
             if (!packed[j]) {
-              const float *ksrc = k + (b * Tk + k0) * kv_stride + gh * hd, *vsrc = v + (b * Tk + k0) * kv_stride + gh * hd;
+              const float* ksrc = k + (b * Tk + k0) * kv_stride + gh * hd;
+              const float* vsrc = v + (b * Tk + k0) * kv_stride + gh * hd;
               if (bf) {
                 bf16_pairs::round_rows(ksrc, kv_stride, nk, hd, 1.f, k2, hp);
                 bf16_pairs::pair_rows(vsrc, kv_stride, 0, nk - 1, 0, (nk + 1) / 2, hd, v2, hd);
@@ -325,8 +326,8 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               pf.step(12);
               if (bf) {
                 const int pa = kb / 2, pz = (ke + 1) / 2;  // the key pairs covering kb .. ke-1
-                bf16_pairs::block(mr, hd, pz - pa, pt2 + pa * kTile + r0, 1, kTile, v2 + pa * hd, hd, oacc + r0 * hd, hd,
-                                 true);
+                bf16_pairs::block(mr, hd, pz - pa, pt2 + pa * kTile + r0, 1, kTile, v2 + pa * hd, hd, oacc + r0 * hd,
+                                  hd, true);
               } else {
                 block(mr, hd, ke - kb, st + kb * kTile + r0, 1, kTile, vbuf + kb * hd, hd, oacc + r0 * hd, hd, true);
               }
@@ -359,7 +360,8 @@ struct BackwardWork {
   const int32_t* lo;                  // first visible key per query (first_keys)
   float c2, scale;                    // scale * log2(e) (P in the log2 domain), and scale
 
-  float *kt_all = nullptr, *vt_all = nullptr, *k_all = nullptr;  // per key tile, packed on first use: K^T, V^T [nt][hd][64], K rows [T, hd]
+  // per key tile, packed on first use: K^T, V^T [nt][hd][64], K rows [T, hd]
+  float *kt_all = nullptr, *vt_all = nullptr, *k_all = nullptr;
   float *dk_own, *dv_own;          // dK, dV accumulators [T, hd] when nseg == 1 (else the segment partials)
   float *qbuf, *dobuf, *dqacc;     // the query tile's Q, dO and dQ [64, hd]
   float *pbuf, *dsbuf;             // S then P, dP then dS * scale  [64 queries, 64 keys]
@@ -563,8 +565,8 @@ struct BackwardWork {
     if (bf) {
       // The query pairs covering ra..rz; rows outside see none of these keys, so their P and dS are zero there.
       const int pa = ra / 2, pz = rz / 2 + 1;
-      bf16_pairs::block(mc, hd, pz - pa, pp2 + pa * kTile + c0, 1, kTile, dop2 + pa * hd, hd, dvacc + (k0 + c0) * hd, hd,
-                       true);
+      bf16_pairs::block(mc, hd, pz - pa, pp2 + pa * kTile + c0, 1, kTile, dop2 + pa * hd, hd, dvacc + (k0 + c0) * hd,
+                        hd, true);
       bf16_pairs::block(mc, hd, pz - pa, dsp2 + pa * kTile + c0, 1, kTile, qp2 + pa * hd, hd, dkacc + (k0 + c0) * hd,
                        hd, true);
       return;

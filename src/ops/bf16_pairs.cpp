@@ -44,7 +44,9 @@ HLM_BF16_TARGET void mk(i64 K2, const Pair* A, i64 a_rs, i64 a_ks, const Pair* B
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const float* p = C + r * ldc + 16 * v;
-      c[r][v] = !acc ? _mm512_setzero_ps() : (!FULL && v == NV - 1) ? _mm512_maskz_loadu_ps(last, p) : _mm512_loadu_ps(p);
+      c[r][v] = !acc                     ? _mm512_setzero_ps()
+                : (!FULL && v == NV - 1) ? _mm512_maskz_loadu_ps(last, p)
+                                         : _mm512_loadu_ps(p);
     }
   for (i64 k = 0; k < K2; ++k) {
     const Pair* b = B + k * ldb;
@@ -109,8 +111,8 @@ bool available() {
 
 bool active() { return precision() == Precision::bf16 && available(); }
 
-HLM_BF16_TARGET void block(int mr, i64 N, i64 K2, const Pair* A, i64 a_rs, i64 a_ks, const Pair* B, i64 ldb,
-                           float* C, i64 ldc, bool acc) {
+HLM_BF16_TARGET void block(int mr, i64 N, i64 K2, const Pair* A, i64 a_rs, i64 a_ks, const Pair* B, i64 ldb, float* C,
+                           i64 ldc, bool acc) {
   for (i64 c0 = 0; c0 < N; c0 += 64) {
     const i64 n = std::min<i64>(64, N - c0), nv = (n + 15) / 16, n_last = n - 16 * (nv - 1);
     mk_table[mr - 1][nv - 1][n_last == 16](K2, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, n_last, acc);
@@ -143,7 +145,8 @@ HLM_BF16_TARGET void round_rows_t(const float* src, i64 stride, int n, i64 cols,
         }
       }
       transpose16(a);
-      for (i64 i = 0; i < nw; ++i) _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + (p0 + i) * ldd + r0), out, a[i]);
+      for (i64 i = 0; i < nw; ++i)
+        _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + (p0 + i) * ldd + r0), out, a[i]);
     }
   }
 }
@@ -156,8 +159,10 @@ HLM_BF16_TARGET void pair_rows(const float* src, i64 stride, int r_lo, int r_hi,
     const bool has_a = ra >= r_lo && ra <= r_hi, has_b = rb >= r_lo && rb <= r_hi;
     for (i64 c0 = 0; c0 < cols; c0 += 16) {
       const __mmask16 m = first_lanes(cols - c0);
-      const __m512 a = has_a ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + ra * stride + c0), vm) : _mm512_setzero_ps();
-      const __m512 b = has_b ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + rb * stride + c0), vm) : _mm512_setzero_ps();
+      const __m512 a =
+          has_a ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + ra * stride + c0), vm) : _mm512_setzero_ps();
+      const __m512 b =
+          has_b ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + rb * stride + c0), vm) : _mm512_setzero_ps();
       _mm512_mask_storeu_epi32(dst + p * ldd + c0, m, interleave(a, b));
     }
   }
