@@ -540,16 +540,9 @@ TEST(Attention, KeyOffsetBadArgumentsThrow) {
 // inputs. Bound (docs/precision.md): rel RMS <= 4 u_bf sqrt(N), N the bf16 roundings along an output's chain:
 // o: q, k (the scores), P and v: 4; lse: q, k: 2; dv: q, k, P, dO: 4; dq, dk: q, k, dO, v (P and dP), dS and the
 // other operand: 6.
-namespace {
-
-// Skips unless the bf16 products run here (AVX512_BF16).
-#define SKIP_UNLESS_BF16_ATTENTION() \
-  if (!ops::bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: attention keeps fp32 products"
-
-}  // namespace
 
 TEST(AttentionBf16, ForwardAndBackwardFollowTheDoubleReferenceWithinTheBf16Bound) {
-  SKIP_UNLESS_BF16_ATTENTION();
+  SKIP_UNLESS_BF16_KERNELS();
   std::vector<Case> cs = cases();
   cs.push_back({2, 90, 4, 2, 32, 0, 0.37f});  // an explicit scale
   for (const Case& c : cs) {
@@ -582,7 +575,7 @@ TEST(AttentionBf16, ForwardAndBackwardFollowTheDoubleReferenceWithinTheBf16Bound
 }
 
 TEST(AttentionBf16, PackedDocumentsFollowTheMaskedReference) {
-  SKIP_UNLESS_BF16_ATTENTION();
+  SKIP_UNLESS_BF16_KERNELS();
   for (i64 W : {i64{0}, i64{23}}) {
     const PackedCase p = packed_case(W, 71);
     const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
@@ -595,7 +588,7 @@ TEST(AttentionBf16, PackedDocumentsFollowTheMaskedReference) {
 }
 
 TEST(AttentionBf16, KeyOffsetForwardFollowsTheDoubleReference) {
-  SKIP_UNLESS_BF16_ATTENTION();
+  SKIP_UNLESS_BF16_KERNELS();
   for (const OffCase& c : {OffCase{1, 1, 200, 2, 1, 32, 0}, OffCase{2, 7, 70, 4, 2, 16, 20},
                            OffCase{1, 65, 190, 4, 1, 32, 64}, OffCase{1, 40, 167, 4, 2, 64, 128},
                            OffCase{3, 33, 96, 2, 2, 24, 127}}) {
@@ -615,14 +608,14 @@ TEST(AttentionBf16, KeyOffsetForwardFollowsTheDoubleReference) {
 }
 
 TEST(AttentionBf16, BitwiseEqualAcrossThreadCounts) {
-  SKIP_UNLESS_BF16_ATTENTION();
+  SKIP_UNLESS_BF16_KERNELS();
   const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
   expect_bitwise_equal_across_thread_counts();
 }
 
 // An odd head dimension cannot be paired: the kernels keep fp32 products there, bit for bit.
 TEST(AttentionBf16, OddHeadDimKeepsFp32Products) {
-  SKIP_UNLESS_BF16_ATTENTION();
+  SKIP_UNLESS_BF16_KERNELS();
   Case c{1, 70, 2, 1, 15, 0};
   auto qkv = randn(c.B * c.T * c.stride(), 81);
   auto dout = randn(c.B * c.T * c.H * c.hd, 82);

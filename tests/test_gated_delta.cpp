@@ -570,7 +570,7 @@ TEST(L2Norm, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
 // output's chain: per chunk k (twice), k and v scaled by beta, the triangular factor, W, the state, q, q k^T and the
 // new values as operands (10), the chunks carried in the state; gradients the forward's and the backward's chains.
 TEST(GatedDeltaBf16, ChunkedFollowsTheDoubleReferenceWithinTheBf16Bound) {
-  if (!bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: the scans keep fp32 products";
+  SKIP_UNLESS_BF16_KERNELS();
   std::vector<Problem> ps;
   for (const Cfg& c : kShapes) ps.push_back(make_problem(c.B, c.T, c.H, c.K, c.V, c.C, 8, c.init));
   ps.push_back(make_problem(2, 150, 2, 64, 64, 64, 9));  // model size: two full chunks and a tail

@@ -612,7 +612,7 @@ TEST(ScalarDecayScan, BadArgumentsThrow) {
 // output's chain: per chunk q, k, v, the state and the masked q k^T as operands (6 with margin), the chunks carried
 // in the state; gradients the forward's and the backward's chains.
 TEST(ScalarDecayScanBf16, ChunkedFollowsTheDoubleReferenceWithinTheBf16Bound) {
-  if (!bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU: the scans keep fp32 products";
+  SKIP_UNLESS_BF16_KERNELS();
   for (const Case& c : shape_cases()) {
     SCOPED_TRACE(name(c));
     const double depth = 6.0 * static_cast<double>((c.T + c.C - 1) / c.C);

@@ -14,6 +14,8 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/bf16_pairs.h"
+#include "ops/precision.h"
 
 namespace hlm::testing {
 
@@ -129,6 +131,13 @@ inline double fp32_tol(double depth) { return kFp32Lambda * kFp32UnitRoundoff * 
 // roundings along the chain.
 constexpr double kBf16UnitRoundoff = 0x1p-8;
 inline double bf16_tol(double depth) { return kFp32Lambda * kBf16UnitRoundoff * std::sqrt(depth); }
+
+// Skips a test of the bf16 kernels (ops/bf16_pairs.h) unless they run here: the CPU has AVX512_BF16, and oneDNN
+// has a bf16 matmul, which --precision bf16 needs (ONEDNN_MAX_CPU_ISA=AVX2 takes it away, as on an AVX2-only CPU).
+#define SKIP_UNLESS_BF16_KERNELS()                                                                             \
+  if (!::hlm::ops::bf16_pairs::available() || !::hlm::ops::bf16_matmul_available())                           \
+  GTEST_SKIP() << "the bf16 kernels do not run here (AVX512_BF16 and oneDNN's bf16 matmul needed): they keep " \
+                  "fp32 products"
 
 // rms(a - b) / rms(b): how far a bf16 run is from the fp32 kernel's (tests check bf16 really ran: > 0.1 u_bf).
 template <typename A, typename B>
