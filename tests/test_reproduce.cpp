@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
+#include "ops/precision.h"
 
 extern char** environ;
 
@@ -83,6 +84,7 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   EXPECT_TRUE(f["findings"][1]["data"]["per_seed"]["gdn"][0]["full"]["niah"].is_number());
   EXPECT_EQ(f["findings"][2]["data"]["curves"]["swa-large"][0].size(), 3u);  // 3 checkpoints
   EXPECT_EQ(f["hybrids"]["swa-large"]["window"], 192);  // half of the tiny budget's 384-token rows
+  EXPECT_EQ(f["run"]["precision"], "fp32");
   const std::string report = slurp(out / "report.md");
   for (const char* s : {"| a. Scaling |", "| d. NoPE on the full layers |", "Miniature proxy", "shared evaluator",
                         "loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg", "nope-vs-rope.svg"})
@@ -112,6 +114,33 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   EXPECT_EQ(rerun.err.find("train "), std::string::npos) << rerun.err;
   // Another budget in the same folder is refused.
   expect_error(run("reproduce --budget small --out " + out.string()), "field 'budget' is \"tiny\"");
+}
+
+// --precision bf16 trains every run in bf16 (and says so in findings.json and the report); where the CPU lacks
+// native bf16 it is refused before anything runs, naming what is missing.
+TEST(Reproduce, PrecisionBf16TrainsEveryRunInBf16OrIsRefusedUpFront) {
+  const fs::path out = tmp_dir() / "bf16";
+  const std::string missing = hlm::ops::bf16_native_missing();
+  if (!missing.empty()) {
+    expect_error(run("reproduce --budget tiny --only d --precision bf16 --out " + out.string()),
+                 "--precision bf16: " + missing);
+    EXPECT_FALSE(fs::exists(out / "runs"));
+    return;
+  }
+  Result r = run("reproduce --budget tiny --only d --jobs 2 --precision bf16 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json f = read_json(out / "findings.json");
+  EXPECT_EQ(f["run"]["precision"], "bf16");
+  EXPECT_EQ(f["run"]["tasks_failed"], 0);
+  int runs = 0;
+  for (auto& e : fs::directory_iterator(out / "runs")) {
+    EXPECT_EQ(read_json(e.path() / "run.json")["train"]["precision"], "bf16") << e.path();
+    ++runs;
+  }
+  EXPECT_EQ(runs, 2);  // swa-small and swa-small-nope, one seed
+  EXPECT_NE(slurp(out / "report.md").find("`--precision bf16`"), std::string::npos);
+  // The folder keeps its precision: an fp32 rerun into it is refused.
+  expect_error(run("reproduce --budget tiny --only d --out " + out.string()), "field 'precision' is \"bf16\"");
 }
 
 TEST(Reproduce, ContinuesAfterAKillMidRun) {

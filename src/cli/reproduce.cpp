@@ -21,6 +21,7 @@ Command register_reproduce(CLI::App& app) {
   sub->add_option("--only", o->only, "findings to run, e.g. b or a,c (default: all)")->delimiter(',');
   sub->add_option("--seeds", o->seeds, "seeds per hybrid (default: the budget's)");
   sub->add_option("--jobs", o->jobs, "child processes at once (default: one per core; each gets cores/jobs threads)");
+  add_precision_flag(sub, &o->precision);
   sub->add_option("--out", o->out, "study folder: runs/, findings.json, report.md, figures")->required();
   sub->add_flag("--report-only", o->report_only, "rewrite report.md and the figures from DIR/findings.json alone");
   sub->add_flag("--json", *json_out, "print {report, findings, exit_code} as JSON on stdout");

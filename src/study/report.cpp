@@ -301,6 +301,12 @@ std::string write_report(const json& all, const std::string& dir) {
                     run.value("threads_per_job", 0) == 1 ? "" : "s", run.value("tasks", 0), run.value("tasks_failed", 0),
                     run.value("tasks_skipped", 0));
   for (auto& e : run.value("errors", json::array())) md += fmt::format("  - failed: {}\n", e.get<std::string>());
+  if (const std::string p = run.value("precision", std::string()); p == "bf16")  // absent in studies before the option
+    md += "- Precision: every training ran with `--precision bf16` (bf16 matmul operands, fp32 accumulation, "
+          "weights and optimizer state; docs/precision.md measures its loss within 1% of fp32), so the validation "
+          "loss it logs is a bf16 forward; LongPPL, NIAH, RULER and the probes ran in fp32.\n";
+  else if (!p.empty())
+    md += fmt::format("- Precision: {} throughout.\n", p);
   md += "- The verdict rules and their parameters were written in the plan before the runs (findings.json keeps them); "
         "each verdict follows its rule mechanically: **holds**, **does not hold**, or **inconclusive** (the effect is "
         "within the seed spread, too few seeds, or the runs did not learn the skill).\n";

@@ -18,6 +18,7 @@
 #include "core/simd_target.h"
 #include "eval/scaling.h"
 #include "model/config.h"
+#include "ops/precision.h"
 #include "study/child_process.h"
 #include "study/json_file.h"
 #include "study/plan.h"
@@ -57,7 +58,7 @@ struct Study {
   BudgetSpec budget;
   std::vector<std::string> findings;  // selected ids, in order
   int seeds = 1, jobs = 1, threads = 1;
-  std::string out;
+  std::string out, precision = "fp32";
   SweepPlan sweep;                     // data, tokenizer and run folders (study/sweep.h runs them)
   std::vector<StudyRun> runs;
   std::vector<Task> tasks;
@@ -105,6 +106,7 @@ void add_run(Study& s, const HybridSpec& h, int seed, bool evaluator) {
     r.train_args.insert(r.train_args.end(), {"--mix-niah", fmt::format("{}", s.plan.mix_niah), "--mix-haystack",
                                              s.plan.mix_haystack});
   r.train_args.insert(r.train_args.end(), b.train_args.begin(), b.train_args.end());
+  if (s.precision != "fp32") r.train_args.insert(r.train_args.end(), {"--precision", s.precision});
   r.dir = (fs::path(s.sweep.out) / r.name).string();
   s.runs.push_back(sr);
 }
@@ -494,6 +496,7 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
           {"hybrids", hybrids},
           {"run", {{"finished", now_iso()}, {"wall_seconds", wall_total}, {"jobs", s.jobs},
                    {"threads_per_job", s.threads}, {"cores", cores()}, {"cpu", cpu_model_name()},
+                   {"precision", s.precision},
                    {"simd", simd_target()}, {"tasks", s.tasks.size()},
                    {"tasks_failed", g.failed}, {"tasks_skipped", g.skipped}, {"errors", g.errors}}},
           {"findings", findings}};
@@ -536,15 +539,19 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   s.jobs = o.jobs > 0 ? o.jobs : cpus;
   s.threads = std::max(1, cpus / s.jobs);
   s.out = o.out;
+  s.precision = o.precision;
+  // Refused before anything runs where the CPU cannot (train would refuse each run later).
+  ops::require_supported(ops::parse_precision(s.precision, "--precision"));
 
-  // The folder belongs to one study: a rerun must ask for the same plan, budget and seeds.
+  // The folder belongs to one study: a rerun must ask for the same plan, budget, seeds and precision.
   fs::create_directories(out);
   const std::string study_json = (out / "study.json").string();
   json st = {{"plan", fs::absolute(s.plan.file).lexically_normal().string()}, {"budget", s.budget.name},
-             {"seeds", s.seeds}, {"wall_seconds", 0.0}};
+             {"seeds", s.seeds}, {"precision", s.precision}, {"wall_seconds", 0.0}};
   if (fs::exists(study_json)) {
     json have = read_json_file(study_json);
-    for (const char* k : {"plan", "budget", "seeds"})
+    if (!have.contains("precision")) have["precision"] = "fp32";  // folders from before the option
+    for (const char* k : {"plan", "budget", "seeds", "precision"})
       if (have.value(k, json()) != st[k])
         fail("{}: field '{}' is {} but this run asks for {}; use another --out or the same options", study_json, k,
              have.value(k, json()).dump(), st[k].dump());

@@ -20,6 +20,7 @@ struct ReproduceOptions {
   std::vector<std::string> only;    // finding ids; empty = every finding of the plan
   int seeds = 0;                    // 0: the budget's
   int jobs = 0;                     // children at once; 0: one per core
+  std::string precision = "fp32";   // every training's --precision (bf16 needs a CPU with native bf16)
   bool report_only = false;         // rewrite report.md + figures from DIR/findings.json alone
   bool quiet = false;
   // Across MPI ranks sharing DIR (cli/reproduce.cpp fills these under mpirun): rank r runs the tasks of the
