@@ -93,6 +93,34 @@ void BM_MatmulBf16(benchmark::State& st) {
 }
 BENCHMARK(BM_MatmulBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The three products of a linear layer in bf16 (operands already rounded) at the bench config's shapes (8192 tokens,
+// d_model 256, the MLP's d_ff 768): forward NT, dx NN, dW TN. Args trans_a, trans_b, M, N, K.
+void BM_MatmulBf16Layout(benchmark::State& st) {
+  if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
+  const bool ta = st.range(0) != 0, tb = st.range(1) != 0;
+  const i64 M = st.range(2), N = st.range(3), K = st.range(4);
+  std::vector<hlm::ops::bf16> A(M * K), B(N * K);
+  hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
+  hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
+  std::vector<float> C(M * N);
+  for (auto _ : st) {
+    hlm::ops::matmul_bf16(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_gflops(st, 2.0 * M * N * K);
+  st.SetLabel(hlm::ops::matmul_bf16_impl(ta, tb, M, N, K));
+}
+BENCHMARK(BM_MatmulBf16Layout)
+    ->ArgNames({"ta", "tb", "M", "N", "K"})
+    ->Args({0, 1, 8192, 1536, 256})  // MLP gate|up forward
+    ->Args({0, 0, 8192, 256, 1536})  // its dx
+    ->Args({1, 0, 1536, 256, 8192})  // its dW
+    ->Args({0, 1, 8192, 256, 768})   // MLP down forward
+    ->Args({0, 0, 8192, 768, 256})   // its dx
+    ->Args({1, 0, 256, 768, 8192})   // its dW
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // linear_forward under bf16: rounding x and W to bf16 at every call, then the product (what a layer pays).
 void BM_LinearBf16(benchmark::State& st) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
