@@ -127,6 +127,9 @@ TEST(StudyPlan, MalformedUnknownAndImpossibleAreRefusedNamingFileAndField) {
   j["budgets"]["tiny"]["train"]["seq_len"] = 64;
   expect_refused("reserved_train_flag", j, {"field 'budgets.tiny.train.seq_len'", "set by the study"});
   j = shipped();
+  j["budgets"]["small"]["train"]["precision"] = "bf16";
+  expect_refused("precision_in_plan", j, {"field 'budgets.small.train.precision'", "reproduce --precision"});
+  j = shipped();
   j["findings"]["b"]["rule"]["learned_mn"] = 0.3;
   expect_refused("unknown_rule_key", j, {"unknown field 'findings.b.rule.learned_mn'"});
   j = shipped();

@@ -112,6 +112,9 @@ std::vector<std::string> train_flags(const Node& n, const TrainOptionKind& train
     std::replace(flag.begin(), flag.end(), '_', '-');
     const std::string field = n.field(k);
     if (kReserved.count(flag)) fail("{}: field '{}' is set by the study from the plan's own fields", n.file(), field);
+    if (flag == "precision")  // how the runs compute, not what the plan studies: one CPU may lack bf16
+      fail("{}: field '{}': the precision is not part of a plan; use `hybridlm reproduce --precision`", n.file(),
+           field);
     const int kind = train_option("--" + flag);
     if (kind < 0) fail("{}: field '{}': `hybridlm train` has no option --{}", n.file(), field, flag);
     if (kind == 0) {
