@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "study/recall_sweep.h"
+#include "study/task_graph.h"
 #include "study/verdict.h"
 
 using namespace hlm;
@@ -111,4 +112,20 @@ TEST(RecallSweep, BestLearningRateIsTheBestMeanOverSeedsWithoutDivergence) {
   EXPECT_EQ(best.accuracy, 0.625);
   EXPECT_FALSE(hlm::study::best_learning_rate({{1e-3, 1, 0.5, true}}).found);
   EXPECT_FALSE(hlm::study::best_learning_rate({}).found);
+}
+
+// The progress line's ETA: children work in parallel at the rate finished tasks showed over their own run time.
+TEST(TaskGraph, EtaCountsParallelChildrenAndTheWorkOfRunningTasks) {
+  using hlm::study::eta_seconds;
+  EXPECT_LT(eta_seconds(100, 0, 0, {}, 2), 0);  // nothing finished in this sitting: unknown
+  // Two children; one task of weight 10 took 10 s (1 per second); the other child has run 9 s of a 10-weight task;
+  // left: that task and one of 20, 30 in all. 9 of it done, 21 left at 2 per second.
+  EXPECT_DOUBLE_EQ(eta_seconds(30, 10, 10, {{10, 9}}, 2), 10.5);
+  // A running task is credited at most its weight (it ran longer than the rate says it needs).
+  EXPECT_DOUBLE_EQ(eta_seconds(30, 10, 10, {{10, 25}}, 2), 10);
+  // The first report of a 2-job study (the case that read twice the truth when the rate was weight over wall time):
+  // 19 trainings of weight 1 (one of 2) and 1 done after 228 s; the other child 228 s into its weight-2 task.
+  EXPECT_NEAR(eta_seconds(19, 1, 228, {{2, 228}}, 2), 18 * 228 / 2.0, 1e-9);
+  EXPECT_DOUBLE_EQ(eta_seconds(5, 5, 10, {}, 1), 10);  // one child: left weight over its rate
+  EXPECT_DOUBLE_EQ(eta_seconds(2, 2, 4, {{2, 8}}, 1), 0);  // the last task is overdue: 0, not negative
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,15 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
+double eta_seconds(double remaining_weight, double finished_weight, double finished_seconds,
+                   const std::vector<std::pair<double, double>>& running, int slots) {
+  if (finished_weight <= 0 || finished_seconds <= 0 || slots < 1) return -1;
+  const double rate = finished_weight / finished_seconds;  // weight per second of one child
+  double left = remaining_weight;
+  for (auto& [w, sec] : running) left -= std::min(w, rate * sec);
+  return std::max(0.0, left) / (rate * slots);
+}
+
 GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, int jobs, bool quiet,
                             const GraphShare& share) {
   enum class State { kWaiting, kRunning, kDone, kFailed, kSkipped };
@@ -33,14 +43,12 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
   std::vector<State> st(n, State::kWaiting);
   GraphOutcome out;
   Timer timer;
-  double total_w = 0, done_w = 0, done_w_now = 0;  // done_w_now: done in this sitting (for the rate)
+  double timed_w = 0, timed_s = 0;  // tasks this process finished in this sitting: weight and their own run time
   int runs_total = 0, runs_done = 0;
   for (size_t i = 0; i < n; ++i) {
-    total_w += tasks[i].weight;
     runs_total += tasks[i].is_run;
     if (tasks[i].done && tasks[i].done()) {
       st[i] = State::kDone;
-      done_w += tasks[i].weight;
       runs_done += tasks[i].is_run;
       ++out.done;
     }
@@ -54,11 +62,20 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
   auto mine = [&](size_t i) { return owner[i] == share.rank; };
   auto marker = [&](size_t i) { return (fs::path(share.markers) / fmt::format("task-{}.failed", i)).string(); };
   const std::string who = share.ranks > 1 ? fmt::format("rank {}: ", share.rank) : "";
+  InterruptGuard guard;
+  std::map<pid_t, size_t> running;
+  std::map<size_t, Timer> started;
   auto progress = [&](const std::string& what) {
     if (quiet) return;
     const double el = timer.seconds();
-    const double rate = done_w_now > 0 ? done_w_now / el : 0;
-    const std::string eta = rate > 0 ? format_duration((total_w - done_w) / rate) : "?";
+    std::vector<std::pair<double, double>> now;
+    for (auto& [pid, i] : running) now.emplace_back(tasks[i].weight, started[i].seconds());
+    int left = 0;  // a study with fewer tasks left than children runs only that many at once
+    double left_w = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (st[i] == State::kWaiting || st[i] == State::kRunning) ++left, left_w += tasks[i].weight;
+    const double eta_s = eta_seconds(left_w, timed_w, timed_s, now, std::min(jobs * share.ranks, left));
+    const std::string eta = eta_s >= 0 ? format_duration(eta_s) : "?";
     fmt::print(stderr, "{}reproduce: [{}/{} tasks, runs {}/{} trained] {} elapsed, ETA {}{}{}\n", who, out.done, n, runs_done,
                runs_total, format_duration(el), eta, what.empty() ? "" : ": ", what);
   };
@@ -66,8 +83,7 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
   auto mark_done = [&](size_t i, const std::string& note) {
     st[i] = State::kDone;
     ++out.done;
-    done_w += tasks[i].weight;
-    done_w_now += tasks[i].weight;
+    if (started.count(i)) timed_w += tasks[i].weight, timed_s += started[i].seconds();  // one of this process's
     runs_done += tasks[i].is_run;
     progress(fmt::format("{} ({})", tasks[i].label, note));
   };
@@ -91,9 +107,6 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
       }
     }
   };
-  InterruptGuard guard;
-  std::map<pid_t, size_t> running;
-  std::map<size_t, Timer> started;
   while (true) {
     // Skip what can no longer run; start what is ready.
     bool changed = true;
