@@ -118,6 +118,7 @@ TEST(RecallSweep, BestLearningRateIsTheBestMeanOverSeedsWithoutDivergence) {
 TEST(TaskGraph, EtaCountsParallelChildrenAndTheWorkOfRunningTasks) {
   using hlm::study::eta_seconds;
   EXPECT_LT(eta_seconds(100, 0, 0, {}, 2), 0);  // nothing finished in this sitting: unknown
+  EXPECT_EQ(eta_seconds(0, 0, 0, {}, 0), 0);  // nothing left: 0, known without a rate
   // Two children; one task of weight 10 took 10 s (1 per second); the other child has run 9 s of a 10-weight task;
   // left: that task and one of 20, 30 in all. 9 of it done, 21 left at 2 per second.
   EXPECT_DOUBLE_EQ(eta_seconds(30, 10, 10, {{10, 9}}, 2), 10.5);

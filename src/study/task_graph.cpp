@@ -29,6 +29,7 @@ std::string format_duration(double s) {
 
 double eta_seconds(double remaining_weight, double finished_weight, double finished_seconds,
                    const std::vector<std::pair<double, double>>& running, int slots) {
+  if (remaining_weight <= 0) return 0;  // also when no task ran in this sitting (all done before it)
   if (finished_weight <= 0 || finished_seconds <= 0 || slots < 1) return -1;
   const double rate = finished_weight / finished_seconds;  // weight per second of one child
   double left = remaining_weight;

@@ -43,7 +43,8 @@ struct GraphOutcome {
 GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, int jobs, bool quiet,
                             const GraphShare& share = {});
 
-// Seconds until the tasks not done are done, for the progress line; < 0 when no task has finished in this sitting.
+// Seconds until the tasks not done are done, for the progress line: 0 when none is left, else < 0 (unknown) until a
+// task has finished in this sitting.
 // Each of `slots` children is taken to work at the rate the tasks finished in this sitting showed (their weight over
 // their own run time, not over the wall time, which would count the children still running as idle and double the
 // first ETAs of a 2-job study); a running task is credited with what that rate did in the time it has run (at most
