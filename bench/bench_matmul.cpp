@@ -1,6 +1,7 @@
 // Micro-benchmarks of the dense hot ops: sgemm at the bench-config qkv projection shape and 2048^3, and
 // the fused LM-head cross-entropy (forward + backward) at N=8192, D=256, V=4096; the same under --precision bf16
-// (BM_MatmulBf16: the bf16 product alone; BM_LinearBf16: linear_forward with its operand rounding; BM_LmHeadCE/1).
+// (BM_MatmulBf16 / BM_MatmulBf16Layout: the bf16 product alone; BM_LinearBf16: linear_forward with its operand
+// rounding; BM_LmHeadCE/1).
 // Counters: GFLOP/s = useful flops / wall time (matmul 2MNK; CE forward 2NDV, backward 3 x 2NDV).
 #include <benchmark/benchmark.h>
 
@@ -76,29 +77,9 @@ BENCHMARK(BM_MatmulLayout)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// bf16 x bf16 -> fp32 at the BM_Matmul shapes, operands already rounded (the GEMM peak of --precision bf16).
-void BM_MatmulBf16(benchmark::State& st) {
+// C[M,N] = op(A) op(B) in bf16 x bf16 -> fp32, operands already rounded (row-major, dense strides).
+void run_matmul_bf16(benchmark::State& st, bool ta, bool tb, i64 M, i64 N, i64 K) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
-  const i64 M = st.range(0), N = st.range(1), K = st.range(2);
-  std::vector<hlm::ops::bf16> A(M * K), B(N * K);
-  hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
-  hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
-  std::vector<float> C(M * N);
-  for (auto _ : st) {
-    hlm::ops::matmul_bf16(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
-    benchmark::DoNotOptimize(C.data());
-  }
-  set_gflops(st, 2.0 * M * N * K);
-  st.SetLabel(hlm::ops::matmul_bf16_impl(false, true, M, N, K));
-}
-BENCHMARK(BM_MatmulBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
-
-// The three products of a linear layer in bf16 (operands already rounded) at the bench config's shapes (8192 tokens,
-// d_model 256, the MLP's d_ff 768): forward NT, dx NN, dW TN. Args trans_a, trans_b, M, N, K.
-void BM_MatmulBf16Layout(benchmark::State& st) {
-  if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
-  const bool ta = st.range(0) != 0, tb = st.range(1) != 0;
-  const i64 M = st.range(2), N = st.range(3), K = st.range(4);
   std::vector<hlm::ops::bf16> A(M * K), B(N * K);
   hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
   hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
@@ -109,6 +90,16 @@ void BM_MatmulBf16Layout(benchmark::State& st) {
   }
   set_gflops(st, 2.0 * M * N * K);
   st.SetLabel(hlm::ops::matmul_bf16_impl(ta, tb, M, N, K));
+}
+
+// bf16 at the BM_Matmul shapes and layout (the GEMM peak of --precision bf16).
+void BM_MatmulBf16(benchmark::State& st) { run_matmul_bf16(st, false, true, st.range(0), st.range(1), st.range(2)); }
+BENCHMARK(BM_MatmulBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The three products of a linear layer in bf16 at the bench config's shapes (8192 tokens, d_model 256, the MLP's
+// d_ff 768): forward NT, dx NN, dW TN. Args trans_a, trans_b, M, N, K.
+void BM_MatmulBf16Layout(benchmark::State& st) {
+  run_matmul_bf16(st, st.range(0) != 0, st.range(1) != 0, st.range(2), st.range(3), st.range(4));
 }
 BENCHMARK(BM_MatmulBf16Layout)
     ->ArgNames({"ta", "tb", "M", "N", "K"})
