@@ -114,6 +114,27 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   EXPECT_EQ(rerun.err.find("train "), std::string::npos) << rerun.err;
   // Another budget in the same folder is refused.
   expect_error(run("reproduce --budget small --out " + out.string()), "field 'budget' is \"tiny\"");
+
+  // A study grows its seeds: --seeds 2 trains seed 2 of what is asked for and keeps seed 1 as it was.
+  const fs::path seed1 = out / "runs" / "swa-small-nope-s1" / "run.json";
+  const std::string seed1_before = slurp(seed1);
+  const auto seed1_time = fs::last_write_time(seed1);
+  Result grown = run("reproduce --budget tiny --only d --seeds 2 --out " + out.string());
+  ASSERT_EQ(grown.code, 0) << grown.err;
+  EXPECT_NE(grown.err.find("adding seed 2..2"), std::string::npos) << grown.err;
+  for (const char* r : {"swa-small-s2", "swa-small-nope-s2"}) EXPECT_TRUE(fs::exists(out / "runs" / r / "latest")) << r;
+  EXPECT_FALSE(fs::exists(out / "runs" / "gdn-s2"));  // not asked for
+  EXPECT_EQ(slurp(seed1), seed1_before);
+  EXPECT_EQ(fs::last_write_time(seed1), seed1_time);
+  const json g = read_json(out / "findings.json");
+  EXPECT_EQ(g["seeds"], 2);
+  EXPECT_EQ(g["findings"][0]["data"]["per_seed"]["swa-small-nope"].size(), 2u);
+  // Without --seeds a rerun keeps the folder's 2; fewer seeds than the folder holds are refused.
+  Result kept = run("reproduce --budget tiny --only d --out " + out.string());
+  ASSERT_EQ(kept.code, 0) << kept.err;
+  EXPECT_EQ(kept.err.find("train "), std::string::npos) << kept.err;
+  EXPECT_EQ(read_json(out / "study.json")["seeds"], 2);
+  expect_error(run("reproduce --budget tiny --seeds 1 --out " + out.string()), "field 'seeds' is 2");
 }
 
 // --precision bf16 trains every run in bf16 (and says so in findings.json and the report); where the CPU lacks

@@ -30,6 +30,45 @@ TEST(StudyVerdict, DirectionalRule) {
   EXPECT_EQ(verdict_name(Verdict::kDoesNotHold), "does not hold");
 }
 
+// Student t quantiles against the printed tables (one-sided p, dof).
+TEST(StudyVerdict, StudentTQuantilesMatchTheTables) {
+  EXPECT_NEAR(student_t_quantile(0.95, 1), 6.313752, 1e-5);
+  EXPECT_NEAR(student_t_quantile(0.95, 2), 2.919986, 1e-5);
+  EXPECT_NEAR(student_t_quantile(0.95, 4), 2.131847, 1e-5);
+  EXPECT_NEAR(student_t_quantile(0.975, 10), 2.228139, 1e-5);
+  EXPECT_NEAR(student_t_quantile(0.99, 30), 2.457262, 1e-5);
+  EXPECT_NEAR(student_t_quantile(0.995, 3), 5.840909, 1e-5);
+  EXPECT_DOUBLE_EQ(student_t_cdf(0, 7), 0.5);
+  EXPECT_NEAR(student_t_cdf(-2.131847, 4), 0.05, 1e-7);
+  EXPECT_NEAR(student_t_cdf(1.0, 1), 0.75, 1e-12);  // Cauchy: 1/2 + atan(1)/pi
+}
+
+// The t interval narrows with seeds where the range only grows: the same spread of effects is inconclusive at 3
+// seeds under both readings and holds at 5 seeds under "t" only.
+TEST(StudyVerdict, DirectionalRuleWithTBounds) {
+  SeedRule t;
+  t.interval = "t";
+  const std::vector<double> three = {0.10, 0.18, 0.44}, five = {0.10, 0.18, 0.44, 0.20, 0.28};
+  EXPECT_EQ(directional(three, 0.1, SeedRule{}).verdict, Verdict::kInconclusive);
+  EXPECT_EQ(directional(three, 0.1, t).verdict, Verdict::kInconclusive);
+  EXPECT_EQ(directional(five, 0.1, SeedRule{}).verdict, Verdict::kInconclusive);
+  const VerdictResult r = directional(five, 0.1, t);
+  EXPECT_EQ(r.verdict, Verdict::kHolds) << r.reason;
+  EXPECT_NE(r.reason.find("95% t bounds of the mean over 5 seeds"), std::string::npos) << r.reason;
+  // mean 0.24, sd 0.12884: bounds 0.24 -/+ 2.131847 x 0.1327 / sqrt(5).
+  const Bounds b = bounds_of(spread_of(five), t);
+  EXPECT_NEAR(b.lo, 0.24 - 2.131847 * 0.128841 / std::sqrt(5.0), 1e-5);
+  EXPECT_NEAR(b.hi, 0.24 + 2.131847 * 0.128841 / std::sqrt(5.0), 1e-5);
+  // Clearly below the margin: does not hold under both.
+  EXPECT_EQ(directional({0.01, -0.02, 0.0, 0.02}, 0.1, t).verdict, Verdict::kDoesNotHold);
+  // A higher confidence widens the bounds.
+  SeedRule strict = t;
+  strict.confidence = 0.999;  // t(0.999, 4) = 7.17
+  EXPECT_EQ(directional(five, 0.1, strict).verdict, Verdict::kInconclusive);
+  EXPECT_EQ(SeedRule::from(json{{"interval", "t"}, {"confidence", 0.9}, {"min_seeds", 3}}).min_seeds, 3);
+  EXPECT_EQ(SeedRule::from(json::object()).interval, "range");
+}
+
 TEST(StudyVerdict, ReceptiveField) {
   const json rule = {{"learned_min", 0.3}, {"margin", 0.3}, {"min_seeds", 2}};
   ReceptiveInput in;

@@ -149,11 +149,25 @@ HybridSpec read_hybrid(const Node& n, const std::string& name, const StudyPlan& 
   return h;
 }
 
-// Rule parameters: every field a number, the known ones only.
+// Rule parameters: the finding's own numbers (all required), min_seeds, and how the seed spread is read
+// (`interval`: "range" or "t", with `confidence` for "t"; study/verdict.h).
 json read_rule(const Node& n, const std::set<std::string>& known) {
-  n.only(known);
+  std::set<std::string> all = known;
+  all.insert({"interval", "confidence"});
+  n.only(all);
   for (auto& k : known) n.num(k, 0, true);
   if (n.raw().contains("min_seeds")) n.count("min_seeds", 1, 1);
+  const std::string interval = n.str("interval", "range");
+  if (interval != "range" && interval != "t")
+    fail("{}: field '{}' is \"{}\"; it must be \"range\" (mean against the seeds' max - min) or \"t\" (one-sided "
+         "Student-t bounds at `confidence`)", n.file(), n.field("interval"), interval);
+  if (n.has("confidence")) {
+    if (interval != "t") fail("{}: field '{}' only applies with \"interval\": \"t\"", n.file(), n.field("confidence"));
+    const double c = n.num("confidence", 0.95);
+    if (!(c >= 0.5 && c < 1)) fail("{}: field '{}' must be in [0.5, 1), got {}", n.file(), n.field("confidence"), c);
+  }
+  if (interval == "t" && n.raw().value("min_seeds", 2) < 2)
+    fail("{}: field '{}' must be >= 2 with \"interval\": \"t\" (one seed has no spread)", n.file(), n.field("min_seeds"));
   return n.raw();
 }
 
@@ -380,12 +394,14 @@ void check_finding_d_lengths(const std::string& file, const StudyPlan& p) {
 StudyPlan load_study_plan(const std::string& file, const TrainOptionKind& train_option) {
   const json j = read_json_file(file, " the plan file");
   Node root(file, j, "");
-  root.only({"version", "name", "description", "windows", "hybrids", "evaluator", "proxy", "budgets", "findings"});
+  root.only({"version", "name", "description", "amendments", "windows", "hybrids", "evaluator", "proxy", "budgets",
+             "findings"});
   if (root.count("version", 0, 1, true) != 1) fail("{}: field 'version' must be 1", file);
   StudyPlan p;
   p.file = file;
   p.name = root.str("name", "", true);
   p.description = root.str("description");
+  p.amendments = root.strings("amendments", false);
   read_windows(file, root, p);
   read_hybrids(file, root, p);
   read_proxy(file, root, p);

@@ -41,6 +41,8 @@ struct FindingSpec {
 
 struct StudyPlan {
   std::string file, name, description, window_mapping;
+  // What was changed after results had been seen, when and why, in words: the report lists it beside the verdicts.
+  std::vector<std::string> amendments;
   std::map<std::string, double> windows;  // class -> fraction of the training length
   std::vector<HybridSpec> hybrids;
   HybridSpec evaluator;                   // the one LongPPL evaluator model (finding a)

@@ -307,8 +307,16 @@ std::string write_report(const json& all, const std::string& dir) {
           "loss it logs is a bf16 forward; LongPPL, NIAH, RULER and the probes ran in fp32.\n";
   else if (!p.empty())
     md += fmt::format("- Precision: {} throughout.\n", p);
-  md += "- The verdict rules and their parameters were written in the plan before the runs (findings.json keeps them); "
-        "each verdict follows its rule mechanically: **holds**, **does not hold**, or **inconclusive** (the effect is "
+  const json amendments = plan.value("amendments", json::array());
+  if (amendments.empty())
+    md += "- The verdict rules and their parameters were written in the plan before the runs (findings.json keeps "
+          "them); ";
+  else
+    md += "- The verdict rules and their parameters are the plan's (findings.json keeps them); the plan was amended "
+          "after results had been seen, as it says here:\n";
+  for (auto& a : amendments) md += fmt::format("  - **Amended:** {}\n", a.get<std::string>());
+  md += std::string(amendments.empty() ? "each" : "- Each") +
+        " verdict follows its rule mechanically: **holds**, **does not hold**, or **inconclusive** (the effect is "
         "within the seed spread, too few seeds, or the runs did not learn the skill).\n";
   md += fmt::format("- Regenerate this page from findings.json alone: `hybridlm reproduce --report-only --out {}`.\n", dir);
   md += "- Hybrids: ";

@@ -482,7 +482,8 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
   const BudgetSpec& b = s.budget;
   return {{"version", 1},
           {"plan", {{"file", s.plan.file}, {"name", s.plan.name}, {"description", s.plan.description},
-                    {"window_mapping", s.plan.window_mapping}, {"windows", s.plan.windows}}},
+                    {"window_mapping", s.plan.window_mapping}, {"windows", s.plan.windows},
+                    {"amendments", s.plan.amendments}}},
           {"budget", {{"name", b.name}, {"seq_len", b.seq_len}, {"batch", b.batch}, {"steps", b.steps},
                       {"eval_every", b.eval_every}, {"tokens_per_run", static_cast<double>(b.steps) * b.tokens_per_step()},
                       {"data", b.data}, {"tokenizer", b.tokenizer}, {"set", b.sets}, {"train", b.train_args},
@@ -543,7 +544,9 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   // Refused before anything runs where the CPU cannot (train would refuse each run later).
   ops::require_supported(ops::parse_precision(s.precision, "--precision"));
 
-  // The folder belongs to one study: a rerun must ask for the same plan, budget, seeds and precision.
+  // The folder belongs to one study: a rerun must ask for the same plan, budget and precision. Seeds may grow
+  // (--seeds 5 over a 3-seed study trains seeds 4 and 5 and keeps the rest); without --seeds a rerun keeps the
+  // folder's count.
   fs::create_directories(out);
   const std::string study_json = (out / "study.json").string();
   json st = {{"plan", fs::absolute(s.plan.file).lexically_normal().string()}, {"budget", s.budget.name},
@@ -551,10 +554,21 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   if (fs::exists(study_json)) {
     json have = read_json_file(study_json);
     if (!have.contains("precision")) have["precision"] = "fp32";  // folders from before the option
-    for (const char* k : {"plan", "budget", "seeds", "precision"})
+    for (const char* k : {"plan", "budget", "precision"})
       if (have.value(k, json()) != st[k])
         fail("{}: field '{}' is {} but this run asks for {}; use another --out or the same options", study_json, k,
              have.value(k, json()).dump(), st[k].dump());
+    const json had = have.value("seeds", json());
+    if (!had.is_number_integer() || had.get<int>() < 1)
+      fail("{}: field 'seeds' must be a whole number >= 1, got {}", study_json, had.dump());
+    if (o.seeds == 0) s.seeds = had.get<int>();
+    if (s.seeds < had.get<int>())
+      fail("{}: field 'seeds' is {} but this run asks for {}; a study can add seeds (--seeds {} or more) but not "
+           "drop them: use another --out", study_json, had.get<int>(), s.seeds, had.get<int>());
+    if (s.seeds > had.get<int>() && !o.quiet)
+      fmt::print(stderr, "reproduce: {} holds {} seed{}; adding seed{} {}..{}\n", o.out, had.get<int>(),
+                 had.get<int>() == 1 ? "" : "s", s.seeds - had.get<int>() == 1 ? "" : "s", had.get<int>() + 1, s.seeds);
+    st["seeds"] = s.seeds;
     st["wall_seconds"] = have.value("wall_seconds", 0.0);
   }
   const std::string markers = (out / ".rank-markers").string();  // tasks that failed on some rank

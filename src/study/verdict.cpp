@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -32,28 +33,95 @@ Spread spread_of(const std::vector<double>& v) {
   }
   if (s.n == 0) return Spread{};
   s.mean = sum / s.n;
+  double ss = 0;
+  for (double x : v)
+    if (std::isfinite(x)) ss += (x - s.mean) * (x - s.mean);
+  s.sd = s.n > 1 ? std::sqrt(ss / (s.n - 1)) : 0;
   return s;
+}
+
+SeedRule SeedRule::from(const json& rule) {
+  SeedRule r;
+  r.min_seeds = rule.contains("min_seeds") ? rule["min_seeds"].get<int>() : 2;
+  r.interval = rule.value("interval", r.interval);
+  r.confidence = rule.value("confidence", r.confidence);
+  return r;
+}
+
+// Exact for whole dof (Abramowitz & Stegun 26.7.3-4): with th = atan(t / sqrt(dof)), A = P(|T| <= |t|) is
+// 2/pi (th + sin th (cos th + 2/3 cos^3 th + ...)) for odd dof and sin th (1 + 1/2 cos^2 th + 3/8 cos^4 th + ...)
+// for even dof, each series with (dof - 1) / 2 resp. dof / 2 terms.
+double student_t_cdf(double t, int dof) {
+  if (dof < 1) throw std::invalid_argument("student_t_cdf: dof must be >= 1");
+  const double th = std::atan(std::fabs(t) / std::sqrt(static_cast<double>(dof)));
+  const double c = std::cos(th), s = std::sin(th), c2 = c * c;
+  double a;
+  if (dof % 2 == 1) {
+    double sum = 0, term = c;
+    for (int k = 3; k <= dof; k += 2) {
+      sum += term;
+      term *= c2 * (k - 1) / k;
+    }
+    a = 2 / M_PI * (th + s * sum);
+  } else {
+    double sum = 0, term = 1;
+    for (int k = 2; k <= dof; k += 2) {
+      sum += term;
+      term *= c2 * (k - 1) / k;
+    }
+    a = s * sum;
+  }
+  return t >= 0 ? 0.5 + a / 2 : 0.5 - a / 2;
+}
+
+double student_t_quantile(double p, int dof) {
+  if (!(p >= 0.5 && p < 1)) throw std::invalid_argument("student_t_quantile: p must be in [0.5, 1)");
+  double lo = 0, hi = 1;
+  while (student_t_cdf(hi, dof) < p) hi *= 2;  // the cdf is increasing: bracket, then bisect
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = (lo + hi) / 2;
+    (student_t_cdf(mid, dof) < p ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+Bounds bounds_of(const Spread& s, const SeedRule& r) {
+  if (r.interval == "t") {
+    if (s.n < 2) return {-INFINITY, INFINITY};  // one seed says nothing about the spread
+    const double half = student_t_quantile(r.confidence, s.n - 1) * s.sd / std::sqrt(static_cast<double>(s.n));
+    return {s.mean - half, s.mean + half};
+  }
+  return {s.mean - s.range(), s.mean + s.range()};
 }
 
 namespace {
 
 json spread_json(const Spread& s) {
   if (s.n == 0) return nullptr;
-  return {{"mean", s.mean}, {"min", s.min}, {"max", s.max}, {"n", s.n}};
+  return {{"mean", s.mean}, {"min", s.min}, {"max", s.max}, {"sd", s.sd}, {"n", s.n}};
 }
 
-int min_seeds_of(const json& rule) { return rule.contains("min_seeds") ? rule["min_seeds"].get<int>() : 2; }
+// "t bounds lo..hi; " where the rule reads t bounds (the range reading shows the seeds' min..max instead).
+std::string bounds_text(const Spread& s, const SeedRule& r) {
+  if (r.interval != "t" || s.n < 2) return "";
+  const Bounds b = bounds_of(s, r);
+  return fmt::format("{:g}% t bounds {:+.3g}..{:+.3g}; ", 100 * r.confidence, b.lo, b.hi);
+}
 
 }  // namespace
 
-VerdictResult directional(const std::vector<double>& effects, double margin, int min_seeds) {
+VerdictResult directional(const std::vector<double>& effects, double margin, const SeedRule& r) {
   const Spread s = spread_of(effects);
-  if (s.n < min_seeds)
-    return {Verdict::kInconclusive,
-            fmt::format("{} seed{} measured, the rule needs {} to know the seed spread", s.n, s.n == 1 ? "" : "s", min_seeds)};
-  const std::string eff = fmt::format("effect {:+.3g} (seeds {:+.3g}..{:+.3g}), margin {:.3g}", s.mean, s.min, s.max, margin);
-  if (s.mean >= margin && s.min > 0 && s.mean > s.range()) return {Verdict::kHolds, eff};
-  if (s.mean + s.range() < margin) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
+  if (s.n < r.min_seeds)
+    return {Verdict::kInconclusive, fmt::format("{} seed{} measured, the rule needs {} to know the seed spread", s.n,
+                                                s.n == 1 ? "" : "s", r.min_seeds)};
+  const Bounds b = bounds_of(s, r);
+  std::string eff = fmt::format("effect {:+.3g} (seeds {:+.3g}..{:+.3g}", s.mean, s.min, s.max);
+  if (r.interval == "t")
+    eff += fmt::format("; {:g}% t bounds of the mean over {} seeds {:+.3g}..{:+.3g}", 100 * r.confidence, s.n, b.lo, b.hi);
+  eff += fmt::format("), margin {:.3g}", margin);
+  if (s.mean >= margin && b.lo > 0) return {Verdict::kHolds, eff};
+  if (b.hi < margin) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
   return {Verdict::kInconclusive, eff + ": within the seed spread"};
 }
 
@@ -100,9 +168,10 @@ VerdictResult verdict_scaling(const ScalingInput& in, const json& rule, json* de
     return {Verdict::kInconclusive, "no seed has LongPPL for every hybrid (the evaluator found no key tokens, or "
                                     "runs are missing): the runs did not give the measurement"};
   const double tol = rule.at("loss_spread_max").get<double>();
-  VerdictResult d = directional(effect, rule.at("margin").get<double>(), min_seeds_of(rule));
-  const std::string loss_txt = fmt::format("val-loss spread {:.3g} (max {:.3g})", ls.mean, tol);
-  if (ls.n >= min_seeds_of(rule) && ls.mean - ls.range() > tol)
+  const SeedRule sr = SeedRule::from(rule);
+  VerdictResult d = directional(effect, rule.at("margin").get<double>(), sr);
+  const std::string loss_txt = fmt::format("val-loss spread {:.3g} ({}max {:.3g})", ls.mean, bounds_text(ls, sr), tol);
+  if (ls.n >= sr.min_seeds && bounds_of(ls, sr).lo > tol)
     return {Verdict::kDoesNotHold, loss_txt + ": the hybrids' val losses differ beyond the seed spread; LongPPL " + d.reason};
   if (d.verdict == Verdict::kHolds && ls.mean > tol)
     return {Verdict::kInconclusive, "LongPPL spread converges (" + d.reason + ") but " + loss_txt};
@@ -130,7 +199,7 @@ VerdictResult verdict_receptive_field(const ReceptiveInput& in, const json& rule
       r = {Verdict::kInconclusive, fmt::format("did not learn retrieval (NIAH {:.2f} < {:.2f})", b.mean, learned_min)};
     else {
       ++learned;
-      r = directional(effect, margin, min_seeds_of(rule));
+      r = directional(effect, margin, SeedRule::from(rule));
     }
     holds += r.verdict == Verdict::kHolds;
     not_hold += r.verdict == Verdict::kDoesNotHold;
@@ -172,7 +241,7 @@ VerdictResult verdict_laziness(const LazinessInput& in, const json& rule, json* 
     const double a = std::isfinite(small[s]) ? small[s] : never, b = std::isfinite(large[s]) ? large[s] : never;
     effect.push_back((b - a) / static_cast<double>(in.steps));
   }
-  VerdictResult r = directional(effect, rule.at("margin_fraction").get<double>(), min_seeds_of(rule));
+  VerdictResult r = directional(effect, rule.at("margin_fraction").get<double>(), SeedRule::from(rule));
   r.reason = fmt::format("onset {} - onset {} in fractions of the run: {}", in.hybrids.back(), in.hybrids.front(), r.reason);
   return r;
 }
@@ -197,9 +266,11 @@ VerdictResult verdict_nope(const std::vector<NopeSeed>& seeds, const json& rule,
   if (std::max(r.mean, n.mean) < learned_min)
     return {Verdict::kInconclusive, fmt::format("neither learned the long-context skill (scores {:.2f} / {:.2f} < {:.2f})",
                                                 r.mean, n.mean, learned_min)};
-  VerdictResult d = directional(effect, rule.at("margin").get<double>(), min_seeds_of(rule));
-  const std::string loss_txt = fmt::format("short-context loss NoPE - RoPE {:+.3g} (tolerance {:.3g})", ld.mean, tol);
-  if (ld.n >= min_seeds_of(rule) && ld.mean - ld.range() > tol)
+  const SeedRule sr = SeedRule::from(rule);
+  VerdictResult d = directional(effect, rule.at("margin").get<double>(), sr);
+  const std::string loss_txt =
+      fmt::format("short-context loss NoPE - RoPE {:+.3g} ({}tolerance {:.3g})", ld.mean, bounds_text(ld, sr), tol);
+  if (ld.n >= sr.min_seeds && bounds_of(ld, sr).lo > tol)
     return {Verdict::kDoesNotHold, loss_txt + " beyond the seed spread; score " + d.reason};
   if (d.verdict == Verdict::kHolds && ld.mean > tol)
     return {Verdict::kInconclusive, "score " + d.reason + " but " + loss_txt};

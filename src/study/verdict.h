@@ -20,19 +20,41 @@ struct VerdictResult {
 
 struct Spread {
   int n = 0;
-  double mean = 0, min = 0, max = 0;
+  double mean = 0, min = 0, max = 0, sd = 0;  // sd: sample standard deviation (0 for one value)
   double range() const { return n > 1 ? max - min : 0; }
 };
 // Over the finite values (NaN = missing); n = how many were finite.
 Spread spread_of(const std::vector<double>& v);
 
+// How a rule reads the seed spread (the rule's optional `interval` and `confidence`; docs/reproduce.md):
+//   "range" (the default): the plausible mean lies in mean -/+ (max - min). Strict with few seeds, and it never
+//            gets easier with more: the range only grows as seeds are added.
+//   "t":     one-sided Student-t bounds at `confidence` (default 0.95): mean -/+ t(confidence, n-1) sd / sqrt(n),
+//            which narrow as seeds are added (about as strict as "range" at 3 seeds, less from 4 on).
+struct SeedRule {
+  int min_seeds = 2;
+  std::string interval = "range";
+  double confidence = 0.95;
+  static SeedRule from(const nlohmann::json& rule);  // the plan's rule object (missing fields: the defaults)
+};
+struct Bounds {
+  double lo = 0, hi = 0;
+};
+Bounds bounds_of(const Spread& s, const SeedRule& r);
+// Student t distribution with `dof` degrees of freedom: P(T <= t), and the t with P(T <= t) = p (0.5 <= p < 1).
+double student_t_cdf(double t, int dof);
+double student_t_quantile(double p, int dof);
+
 // The directional rule every finding uses: `effects` are per-seed effects signed so that positive is what the
-// paper claims, `margin` the smallest effect that counts as the claim.
-//   fewer than min_seeds finite effects            -> inconclusive (no seed spread to judge by)
-//   mean >= margin, every seed > 0, mean > range   -> holds
-//   mean + range < margin                          -> does not hold (every plausible effect is below the margin)
-//   otherwise                                      -> inconclusive (effect within the seed spread)
-VerdictResult directional(const std::vector<double>& effects, double margin, int min_seeds);
+// paper claims, `margin` the smallest effect that counts as the claim, [lo, hi] the bounds of the mean above.
+//   fewer than min_seeds finite effects   -> inconclusive (no seed spread to judge by)
+//   mean >= margin and lo > 0             -> holds ("range": mean > range, which implies every seed > 0)
+//   hi < margin                           -> does not hold (every plausible effect is below the margin)
+//   otherwise                             -> inconclusive (effect within the seed spread)
+VerdictResult directional(const std::vector<double>& effects, double margin, const SeedRule& r);
+inline VerdictResult directional(const std::vector<double>& effects, double margin, int min_seeds) {
+  return directional(effects, margin, SeedRule{min_seeds});
+}
 
 // a. Scaling. Per hybrid, per seed: log LongPPL at the first and at the last checkpoint, final val loss.
 struct ScalingSeedPoint {
@@ -46,7 +68,7 @@ struct ScalingInput {
 // Per seed: loss spread = (max - min) / mean of the final val losses across hybrids; LongPPL spread early /
 // final = max - min of log LongPPL across hybrids. effect = early spread - final spread (it converges).
 // holds: directional(effect, margin) holds and the mean loss spread <= loss_spread_max; does not hold: the
-// directional rule says so, or the loss spread is above loss_spread_max by more than its range.
+// directional rule says so, or the loss spread's lower bound is above loss_spread_max.
 // Details (spreads, which hybrid lags most early) go to `details`.
 VerdictResult verdict_scaling(const ScalingInput& in, const nlohmann::json& rule, nlohmann::json* details);
 
@@ -77,8 +99,8 @@ VerdictResult verdict_laziness(const LazinessInput& in, const nlohmann::json& ru
 // d. NoPE on the full layers. Per seed: long-context score (NIAH / RULER averaged over the lengths, 0..1)
 // and short-context val loss of the RoPE and the NoPE hybrid. Neither reaching learned_min = did not learn.
 // effect = score(NoPE) - score(RoPE); holds when directional holds and the loss difference (NoPE - RoPE)
-// is at most loss_tolerance; does not hold when directional says so, or NoPE's loss is worse than the
-// tolerance by more than its range.
+// is at most loss_tolerance; does not hold when directional says so, or the lower bound of NoPE's loss
+// difference is above the tolerance.
 struct NopeSeed {
   double rope_score = NAN, nope_score = NAN, rope_loss = NAN, nope_loss = NAN;
 };
