@@ -167,7 +167,8 @@ json read_rule(const Node& n, const std::set<std::string>& known) {
     if (!(c >= 0.5 && c < 1)) fail("{}: field '{}' must be in [0.5, 1), got {}", n.file(), n.field("confidence"), c);
   }
   if (interval == "t" && n.raw().value("min_seeds", 2) < 2)
-    fail("{}: field '{}' must be >= 2 with \"interval\": \"t\" (one seed has no spread)", n.file(), n.field("min_seeds"));
+    fail("{}: field '{}' must be >= 2 with \"interval\": \"t\" (one seed has no spread)", n.file(),
+         n.field("min_seeds"));
   return n.raw();
 }
 

@@ -118,7 +118,8 @@ VerdictResult directional(const std::vector<double>& effects, double margin, con
   const Bounds b = bounds_of(s, r);
   std::string eff = fmt::format("effect {:+.3g} (seeds {:+.3g}..{:+.3g}", s.mean, s.min, s.max);
   if (r.interval == "t")
-    eff += fmt::format("; {:g}% t bounds of the mean over {} seeds {:+.3g}..{:+.3g}", 100 * r.confidence, s.n, b.lo, b.hi);
+    eff += fmt::format("; {:g}% t bounds of the mean over {} seeds {:+.3g}..{:+.3g}", 100 * r.confidence, s.n, b.lo,
+                       b.hi);
   eff += fmt::format("), margin {:.3g}", margin);
   if (s.mean >= margin && b.lo > 0) return {Verdict::kHolds, eff};
   if (b.hi < margin) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
