@@ -19,7 +19,9 @@ Command register_reproduce(CLI::App& app) {
   sub->add_option("plan", o->plan, "study plan JSON (default: studies/paper.json of the source tree)");
   sub->add_option("--budget", o->budget, "a budget of the plan: tiny | small | medium")->capture_default_str();
   sub->add_option("--only", o->only, "findings to run, e.g. b or a,c (default: all)")->delimiter(',');
-  sub->add_option("--seeds", o->seeds, "seeds per hybrid (default: the budget's)");
+  sub->add_option("--seeds", o->seeds,
+                  "seeds per hybrid (default: the budget's, or the folder's on a rerun; more than the folder holds "
+                  "adds the missing seeds)");
   sub->add_option("--jobs", o->jobs, "child processes at once (default: one per core; each gets cores/jobs threads)");
   add_precision_flag(sub, &o->precision);
   sub->add_option("--out", o->out, "study folder: runs/, findings.json, report.md, figures")->required();
