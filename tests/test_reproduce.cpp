@@ -83,14 +83,21 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
     for (auto& p : seeds[0]) EXPECT_TRUE(p["val_loss"].is_number()) << h << p.dump();
   EXPECT_TRUE(f["findings"][1]["data"]["per_seed"]["gdn"][0]["full"]["niah"].is_number());
   EXPECT_EQ(f["findings"][2]["data"]["curves"]["swa-large"][0].size(), 3u);  // 3 checkpoints
+  // d: NIAH over training for RoPE and NoPE, and the step each learned retrieval at ("never" is a value too).
+  for (const char* h : {"swa-small", "swa-small-nope"}) {
+    const json& row = f["findings"][3]["data"]["per_seed"][h][0];
+    EXPECT_EQ(row["over_training"].size(), 3u) << h;
+    EXPECT_TRUE(row["learned_at"].is_number() || row["learned_at"] == "never") << row["learned_at"];
+  }
   EXPECT_EQ(f["hybrids"]["swa-large"]["window"], 192);  // half of the tiny budget's 384-token rows
   EXPECT_EQ(f["run"]["precision"], "fp32");
   const std::string report = slurp(out / "report.md");
   for (const char* s : {"| a. Scaling |", "| d. NoPE on the full layers |", "Miniature proxy", "shared evaluator",
-                        "loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg", "nope-vs-rope.svg"})
+                        "loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg", "nope-vs-rope.svg",
+                        "learned retrieval at step (per seed)", "nope-rope-over-training.svg"})
     EXPECT_NE(report.find(s), std::string::npos) << s;
   for (const char* svg : {"loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg",
-                          "heads-over-training.svg", "nope-vs-rope.svg"})
+                          "heads-over-training.svg", "nope-vs-rope.svg", "nope-rope-over-training.svg"})
     EXPECT_TRUE(fs::exists(out / svg)) << svg;
   // log LongPPL is drawn when the evaluator found key tokens (at this budget it may find none; the reason says so).
   const bool key_tokens = f["findings"][0]["details"]["longppl_key_tokens"].get<long>() > 0;

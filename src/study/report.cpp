@@ -200,6 +200,44 @@ std::string report_laziness(const json& all, const json& f, const std::string& d
 }
 
 // ---- d. NoPE ----
+// When each run learned retrieval (studies made before the probe ran for d have no such data: nothing is shown).
+std::string report_nope_over_training(const json& all, const json& f, const std::string& dir,
+                                      std::vector<std::string>* figs) {
+  const json& data = f.at("data");
+  const json& per = data.at("per_seed");
+  const double learned_min = f.value("rule", json::object()).value("learned_min", 0.0);
+  std::string md;
+  LinePlot p{"NIAH at the training length over training, per seed", "step", "NIAH exact match", false, false, {}};
+  int color = 0;
+  for (const char* k : {"rope", "nope"}) {
+    const std::string h = data.value(k, std::string());
+    std::string at;
+    int seed = 0;
+    for (auto& s : per.value(h, json::array())) {
+      ++seed;
+      if (!s.contains("learned_at")) continue;
+      const json& x = s["learned_at"];
+      at += (at.empty() ? "" : ", ") + (x.is_string() ? x.get<std::string>() : fmt::format("{}", x.get<long>()));
+      Series se{fmt::format("{} s{}", h, seed), {}, {}, false, color};
+      for (auto& q : s["over_training"])
+        se.x.push_back(static_cast<double>(q["step"].get<long>())), se.y.push_back(num(q["niah"]));
+      p.series.push_back(se);
+    }
+    ++color;
+    if (!at.empty()) md += fmt::format("| {} | {} |\n", label_of(all, h), at);
+  }
+  if (md.empty()) return md;
+  md = fmt::format("\nWhen each run learned retrieval (beside the verdict, not part of its rule): the first "
+                   "checkpoint at which NIAH at the training length reaches `learned_min` = {:g} (`probe "
+                   "retrieval-heads --over-checkpoints`).\n\n| hybrid | learned retrieval at step (per seed) |\n"
+                   "|---|---|\n{}",
+                   learned_min, md);
+  write_line_plot(p, (fs::path(dir) / "nope-rope-over-training.svg").string());
+  figs->push_back("nope-rope-over-training.svg");
+  md += "\n![NIAH over training, RoPE vs NoPE](nope-rope-over-training.svg)\n";
+  return md;
+}
+
 std::string report_nope(const json& all, const json& f, const std::string& dir, std::vector<std::string>* figs) {
   const json& data = need(f, "data", "findings[d]");
   const json& per = need(data, "per_seed", "findings[d].data");
@@ -242,6 +280,7 @@ std::string report_nope(const json& all, const json& f, const std::string& dir, 
     figs->push_back("nope-vs-rope.svg");
     md += "\n![NoPE vs RoPE by length](nope-vs-rope.svg)\n";
   }
+  md += report_nope_over_training(all, f, dir, figs);
   return md;
 }
 

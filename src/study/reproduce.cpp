@@ -211,14 +211,17 @@ void add_eval_tasks(Study& s) {
                                           "--haystack", "noise", "--max-tokens", std::to_string(b.max_eval_tokens)},
                                          T);
                    });
-        } else if (id == "c") {
+        }
+        // c: retrieval heads and NIAH over training; d: the same, to see when each of RoPE and NoPE learns
+        // retrieval (one task per run: add_eval keeps the first).
+        if (id == "c" || id == "d")
           add_eval(s, r, "probe retrieval-heads " + r.planned.name, ev + "/retrieval-heads.json", {r.task},
                    static_cast<double>(b.steps / b.eval_every) * 5 * b.niah_samples * L * 6, [=, &b] {
                      return with_threads({"probe", "retrieval-heads", "--over-checkpoints", dir, "--samples",
                                           std::to_string(b.niah_samples), "--haystack", "noise"},
                                          T);
                    });
-        } else if (id == "d") {
+        if (id == "d") {
           const std::string lengths = comma_list(f.options.at("lengths"), "x");
           double mult = 0;
           for (auto& x : f.options.at("lengths")) mult += x.get<double>();
@@ -405,8 +408,21 @@ json collect_laziness(const Study& s, const FindingSpec& f) {
           {"data", {{"order", order}, {"curves", curves}}}};
 }
 
+// NIAH (at the training length) and full-layer retrieval heads at every checkpoint of a run, from its
+// retrieval-heads probe; null when the probe has not run.
+json over_training(const Study& s, const StudyRun& r) {
+  const json j = maybe_json(s.evals_dir(r) + "/retrieval-heads.json");
+  if (!j.is_object()) return nullptr;
+  json pts = json::array();
+  for (auto& c : j["checkpoints"])
+    pts.push_back({{"step", c["step"]}, {"niah", c["niah_accuracy"]}, {"heads_full", c["n_retrieval_heads_full"]},
+                   {"heads_all", c["n_retrieval_heads"]}});
+  return pts;
+}
+
 json collect_nope(const Study& s, const FindingSpec& f) {
   std::vector<NopeSeed> seeds;
+  const double learned_min = f.rule.at("learned_min").get<double>();
   json by_length = json::object();
   std::set<std::string> ruler_skipped;  // RULER cells too short for their task (the same for every run)
   for (int seed = 1; seed <= s.seeds; ++seed) {
@@ -444,9 +460,21 @@ json collect_nope(const Study& s, const FindingSpec& f) {
       (k == 0 ? ns.rope_score : ns.nope_score) = score;
       (k == 0 ? ns.rope_loss : ns.nope_loss) = loss;
       if (!by_length.contains(f.hybrids[k])) by_length[f.hybrids[k]] = json::array();
-      by_length[f.hybrids[k]].push_back({{"lengths", lens}, {"ruler", ruler.is_object() ? ruler["average"] : json()},
-                                         {"score", std::isfinite(score) ? json(score) : json()},
-                                         {"val_loss", std::isfinite(loss) ? json(loss) : json()}});
+      json row = {{"lengths", lens}, {"ruler", ruler.is_object() ? ruler["average"] : json()},
+                  {"score", std::isfinite(score) ? json(score) : json()},
+                  {"val_loss", std::isfinite(loss) ? json(loss) : json()}};
+      // When the run learned retrieval: the first checkpoint whose NIAH reaches learned_min (beside the verdict).
+      if (const json pts = over_training(s, r); pts.is_array()) {
+        json learned_at = "never";
+        for (auto& p : pts)
+          if (p["niah"].is_number() && p["niah"].get<double>() >= learned_min) {
+            learned_at = p["step"];
+            break;
+          }
+        row["over_training"] = pts;
+        row["learned_at"] = learned_at;
+      }
+      by_length[f.hybrids[k]].push_back(row);
     }
     seeds.push_back(ns);
   }
