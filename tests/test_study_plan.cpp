@@ -73,6 +73,19 @@ TEST(StudyPlan, ShippedPlanLoadsWithWindowsScaledToTheTrainingLength) {
   EXPECT_FALSE(p.proxy_note.empty());
 }
 
+// Every plan shipped beside the paper's loads too (studies/*.json).
+TEST(StudyPlan, EveryShippedPlanLoads) {
+  int n = 0;
+  for (auto& e : fs::directory_iterator(fs::path(default_plan_path()).parent_path()))
+    if (e.path().extension() == ".json") {
+      SCOPED_TRACE(e.path().string());
+      const StudyPlan p = load_study_plan(e.path().string(), train_option);
+      EXPECT_FALSE(p.findings.empty());
+      ++n;
+    }
+  EXPECT_GE(n, 2);
+}
+
 TEST(StudyPlan, MalformedUnknownAndImpossibleAreRefusedNamingFileAndField) {
   const fs::path bad = write_plan("broken", json::object());
   std::ofstream(bad) << "{\"version\": 1,";
