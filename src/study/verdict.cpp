@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -62,7 +63,7 @@ double student_t_cdf(double t, int dof) {
       sum += term;
       term *= c2 * (k - 1) / k;
     }
-    a = 2 / M_PI * (th + s * sum);
+    a = 2 / std::numbers::pi * (th + s * sum);
   } else {
     double sum = 0, term = 1;
     for (int k = 2; k <= dof; k += 2) {
