@@ -371,6 +371,18 @@ json collect_receptive(const Study& s, const FindingSpec& f) {
           {"data", {{"span", span_tokens(s)}, {"per_seed", table}}}};
 }
 
+// NIAH (at the training length) and full-layer retrieval heads at every checkpoint of a run, from its
+// retrieval-heads probe; null when the probe has not run.
+json over_training(const Study& s, const StudyRun& r) {
+  const json j = maybe_json(s.evals_dir(r) + "/retrieval-heads.json");
+  if (!j.is_object()) return nullptr;
+  json pts = json::array();
+  for (auto& c : j["checkpoints"])
+    pts.push_back({{"step", c["step"]}, {"niah", c["niah_accuracy"]}, {"heads_full", c["n_retrieval_heads_full"]},
+                   {"heads_all", c["n_retrieval_heads"]}});
+  return pts;
+}
+
 json collect_laziness(const Study& s, const FindingSpec& f) {
   LazinessInput in;
   in.steps = s.budget.steps;
@@ -386,19 +398,16 @@ json collect_laziness(const Study& s, const FindingSpec& f) {
     in.onset.emplace_back();
     json seeds = json::array();
     for (int seed = 1; seed <= s.seeds; ++seed) {
-      const json j = maybe_json(s.evals_dir(s.run(h, seed)) + "/retrieval-heads.json");
+      const json pts = over_training(s, s.run(h, seed));
       double onset = NAN;
-      json pts = json::array();
-      if (j.is_object())
-        for (auto& c : j["checkpoints"]) {
-          const long step = c["step"];
-          const int full = c["n_retrieval_heads_full"];
-          if (!std::isfinite(onset) && full >= heads_min) onset = static_cast<double>(step);
-          pts.push_back({{"step", step}, {"niah", c["niah_accuracy"]}, {"heads_full", full},
-                         {"heads_all", c["n_retrieval_heads"]}});
-        }
-      in.onset.back().push_back(j.is_object() ? onset : NAN);
-      seeds.push_back(pts);
+      if (pts.is_array())
+        for (auto& p : pts)
+          if (p["heads_full"].get<int>() >= heads_min) {
+            onset = static_cast<double>(p["step"].get<long>());
+            break;
+          }
+      in.onset.back().push_back(onset);
+      seeds.push_back(pts.is_array() ? pts : json::array());
     }
     curves[h] = seeds;
   }
@@ -406,18 +415,6 @@ json collect_laziness(const Study& s, const FindingSpec& f) {
   VerdictResult v = verdict_laziness(in, f.rule, &details);
   return {{"verdict", verdict_name(v.verdict)}, {"reason", v.reason}, {"details", details},
           {"data", {{"order", order}, {"curves", curves}}}};
-}
-
-// NIAH (at the training length) and full-layer retrieval heads at every checkpoint of a run, from its
-// retrieval-heads probe; null when the probe has not run.
-json over_training(const Study& s, const StudyRun& r) {
-  const json j = maybe_json(s.evals_dir(r) + "/retrieval-heads.json");
-  if (!j.is_object()) return nullptr;
-  json pts = json::array();
-  for (auto& c : j["checkpoints"])
-    pts.push_back({{"step", c["step"]}, {"niah", c["niah_accuracy"]}, {"heads_full", c["n_retrieval_heads_full"]},
-                   {"heads_all", c["n_retrieval_heads"]}});
-  return pts;
 }
 
 json collect_nope(const Study& s, const FindingSpec& f) {
