@@ -5,6 +5,7 @@
 // Counters: GFLOP/s = useful flops / wall time (matmul 2MNK; CE forward 2NDV, backward 3 x 2NDV).
 #include <benchmark/benchmark.h>
 
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -53,8 +54,17 @@ BENCHMARK(BM_Matmul)
     ->UseRealTime()
     ->Name("BM_MatmulStudySmall");
 
-// The three products of one linear layer y = x W^T (forward NT; backward dx = dy W, NN; dW += dy^T x, TN) at the
-// study's small shapes: args trans_a, trans_b, M, N, K.
+// The three products of each of the MLP's two linear layers y = x W^T (forward NT; backward dx = dy W, NN;
+// dW += dy^T x, TN) at T tokens, d_model d and d_ff ff (gate|up fused: 2 ff outputs; then down). Args trans_a,
+// trans_b, M, N, K.
+void linear_layer_products(benchmark::internal::Benchmark* b, i64 T, i64 d, i64 ff) {
+  b->ArgNames({"ta", "tb", "M", "N", "K"});
+  for (auto [out, in] : {std::pair{2 * ff, d}, std::pair{d, ff}})
+    b->Args({0, 1, T, out, in})->Args({0, 0, T, in, out})->Args({1, 0, out, in, T});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+// fp32 at the study's small shapes (2048 tokens, d_model 128, d_ff 384).
 void BM_MatmulLayout(benchmark::State& st) {
   const bool ta = st.range(0) != 0, tb = st.range(1) != 0;
   const i64 M = st.range(2), N = st.range(3), K = st.range(4);
@@ -66,16 +76,9 @@ void BM_MatmulLayout(benchmark::State& st) {
   }
   set_gflops(st, 2.0 * M * N * K);
 }
-BENCHMARK(BM_MatmulLayout)
-    ->ArgNames({"ta", "tb", "M", "N", "K"})
-    ->Args({0, 1, 2048, 768, 128})   // MLP gate|up forward
-    ->Args({0, 0, 2048, 128, 768})   // its dx
-    ->Args({1, 0, 768, 128, 2048})   // its dW
-    ->Args({0, 1, 2048, 128, 384})   // MLP down forward
-    ->Args({0, 0, 2048, 384, 128})   // its dx
-    ->Args({1, 0, 128, 384, 2048})   // its dW
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_MatmulLayout)->Apply([](benchmark::internal::Benchmark* b) {
+  linear_layer_products(b, 2048, 128, 384);
+});
 
 // C[M,N] = op(A) op(B) in bf16 x bf16 -> fp32, operands already rounded (row-major, dense strides).
 void run_matmul_bf16(benchmark::State& st, bool ta, bool tb, i64 M, i64 N, i64 K) {
@@ -96,21 +99,13 @@ void run_matmul_bf16(benchmark::State& st, bool ta, bool tb, i64 M, i64 N, i64 K
 void BM_MatmulBf16(benchmark::State& st) { run_matmul_bf16(st, false, true, st.range(0), st.range(1), st.range(2)); }
 BENCHMARK(BM_MatmulBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The three products of a linear layer in bf16 at the bench config's shapes (8192 tokens, d_model 256, the MLP's
-// d_ff 768): forward NT, dx NN, dW TN. Args trans_a, trans_b, M, N, K.
+// The same products in bf16 at the bench config's shapes (8192 tokens, d_model 256, d_ff 768).
 void BM_MatmulBf16Layout(benchmark::State& st) {
   run_matmul_bf16(st, st.range(0) != 0, st.range(1) != 0, st.range(2), st.range(3), st.range(4));
 }
-BENCHMARK(BM_MatmulBf16Layout)
-    ->ArgNames({"ta", "tb", "M", "N", "K"})
-    ->Args({0, 1, 8192, 1536, 256})  // MLP gate|up forward
-    ->Args({0, 0, 8192, 256, 1536})  // its dx
-    ->Args({1, 0, 1536, 256, 8192})  // its dW
-    ->Args({0, 1, 8192, 256, 768})   // MLP down forward
-    ->Args({0, 0, 8192, 768, 256})   // its dx
-    ->Args({1, 0, 256, 768, 8192})   // its dW
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_MatmulBf16Layout)->Apply([](benchmark::internal::Benchmark* b) {
+  linear_layer_products(b, 8192, 256, 768);
+});
 
 // linear_forward under bf16: rounding x and W to bf16 at every call, then the product (what a layer pays).
 void BM_LinearBf16(benchmark::State& st) {
