@@ -84,17 +84,24 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   EXPECT_TRUE(f["findings"][1]["data"]["per_seed"]["gdn"][0]["full"]["niah"].is_number());
   EXPECT_EQ(f["findings"][2]["data"]["curves"]["swa-large"][0].size(), 3u);  // 3 checkpoints
   // d: NIAH over training for RoPE and NoPE, and the step each learned retrieval at ("never" is a value too).
+  // Its runs train twice the budget's steps (steps_factor 2) in folders of their own; a, b and c share the others.
+  EXPECT_EQ(f["findings"][3]["steps"], 120);
+  EXPECT_EQ(f["findings"][2]["steps"], 60);
   for (const char* h : {"swa-small", "swa-small-nope"}) {
     const json& row = f["findings"][3]["data"]["per_seed"][h][0];
-    EXPECT_EQ(row["over_training"].size(), 3u) << h;
+    EXPECT_EQ(row["over_training"].size(), 6u) << h;  // 6 checkpoints of 120 steps
+    EXPECT_TRUE(fs::exists(out / "runs" / (std::string(h) + "-x2-s1") / "checkpoints" / "step_00000120")) << h;
     EXPECT_TRUE(row["learned_at"].is_number() || row["learned_at"] == "never") << row["learned_at"];
   }
+  EXPECT_TRUE(fs::exists(out / "runs" / "swa-small-s1" / "checkpoints" / "step_00000060"));  // b, c and a's run
+  EXPECT_FALSE(fs::exists(out / "runs" / "swa-small-s1" / "checkpoints" / "step_00000080"));
   EXPECT_EQ(f["hybrids"]["swa-large"]["window"], 192);  // half of the tiny budget's 384-token rows
   EXPECT_EQ(f["run"]["precision"], "fp32");
   const std::string report = slurp(out / "report.md");
   for (const char* s : {"| a. Scaling |", "| d. NoPE on the full layers |", "Miniature proxy", "shared evaluator",
                         "loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg", "nope-vs-rope.svg",
-                        "learned retrieval at step (per seed)", "nope-rope-over-training.svg"})
+                        "learned retrieval at step (per seed)", "nope-rope-over-training.svg",
+                        "**Training.** This finding's runs train 120 steps", "LongPPL read on up to 2 validation"})
     EXPECT_NE(report.find(s), std::string::npos) << s;
   for (const char* svg : {"loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg",
                           "heads-over-training.svg", "nope-vs-rope.svg", "nope-rope-over-training.svg"})
@@ -123,13 +130,15 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   expect_error(run("reproduce --budget small --out " + out.string()), "field 'budget' is \"tiny\"");
 
   // A study grows its seeds: --seeds 2 trains seed 2 of what is asked for and keeps seed 1 as it was.
-  const fs::path seed1 = out / "runs" / "swa-small-nope-s1" / "run.json";
+  const fs::path seed1 = out / "runs" / "swa-small-nope-x2-s1" / "run.json";
   const std::string seed1_before = slurp(seed1);
   const auto seed1_time = fs::last_write_time(seed1);
   Result grown = run("reproduce --budget tiny --only d --seeds 2 --out " + out.string());
   ASSERT_EQ(grown.code, 0) << grown.err;
   EXPECT_NE(grown.err.find("adding seed 2..2"), std::string::npos) << grown.err;
-  for (const char* r : {"swa-small-s2", "swa-small-nope-s2"}) EXPECT_TRUE(fs::exists(out / "runs" / r / "latest")) << r;
+  for (const char* r : {"swa-small-x2-s2", "swa-small-nope-x2-s2"})
+    EXPECT_TRUE(fs::exists(out / "runs" / r / "latest")) << r;
+  EXPECT_FALSE(fs::exists(out / "runs" / "swa-small-s2"));  // d's runs only
   EXPECT_FALSE(fs::exists(out / "runs" / "gdn-s2"));  // not asked for
   EXPECT_EQ(slurp(seed1), seed1_before);
   EXPECT_EQ(fs::last_write_time(seed1), seed1_time);

@@ -67,6 +67,12 @@ TEST(StudyPlan, ShippedPlanLoadsWithWindowsScaledToTheTrainingLength) {
   EXPECT_EQ(p.window_tokens(p.hybrid("lightning"), tiny), 0);
   EXPECT_EQ(p.budgets.at("medium").steps, 81920000 / (16 * 512));  // tokens -> steps
   EXPECT_EQ(p.budgets.at("small").seeds, 3);
+  // Finding d trains twice the budget's steps (amended 2026-12-05), rounded to whole eval intervals.
+  EXPECT_EQ(p.findings[3].steps_factor, 2);
+  EXPECT_EQ(p.findings[0].steps_factor, 1);
+  EXPECT_EQ(scaled_steps(p.budgets.at("small"), p.findings[3].steps_factor), 3000);
+  EXPECT_EQ(scaled_steps(tiny, 1.6), 100);  // 96 -> 5 intervals of 20
+  EXPECT_EQ(p.amendments.size(), 2u);
   EXPECT_EQ(tiny.train_args, (std::vector<std::string>{"--eval-batches", "2", "--lr", "0.003", "--warmup", "10"}));
   EXPECT_TRUE(fs::path(tiny.data).is_absolute());  // "../docs" is relative to the plan file
   EXPECT_GT(p.mix_niah, 0);
@@ -108,6 +114,11 @@ TEST(StudyPlan, MalformedUnknownAndImpossibleAreRefusedNamingFileAndField) {
   j = shipped();
   j["hybrids"]["swa-mid"]["window"] = "huge";
   expect_refused("unknown_window", j, {"field 'hybrids.swa-mid.window'", "huge"});
+  j = shipped();
+  j["findings"]["d"]["steps_factor"] = 0.5;
+  expect_refused("steps_factor_below_one", j, {"field 'findings.d.steps_factor'", "[1, 100]"});
+  j["findings"]["d"]["steps_factor"] = "2";
+  expect_refused("steps_factor_text", j, {"findings.d.steps_factor"});
   j = shipped();
   j["budgets"]["tiny"]["steps"] = 50;  // eval_every 20
   expect_refused("steps_not_multiple", j, {"field 'budgets.tiny.eval_every'", "not a multiple"});

@@ -192,6 +192,11 @@ long StudyPlan::window_tokens(const HybridSpec& h, const BudgetSpec& b) const {
   return std::max(1L, std::lround(windows.at(h.window) * static_cast<double>(b.seq_len)));
 }
 
+long scaled_steps(const BudgetSpec& b, double factor) {
+  return std::max(1L, std::lround(factor * static_cast<double>(b.steps) / static_cast<double>(b.eval_every))) *
+         b.eval_every;
+}
+
 std::string default_plan_path() { return (fs::path(HLM_SOURCE_DIR) / "studies" / "paper.json").string(); }
 
 namespace {
@@ -323,7 +328,7 @@ FindingSpec read_finding(const std::string& file, const Node& fs_node, const std
       {"d", {"learned_min", "margin", "loss_tolerance", "min_seeds"}}};
   if (!kRuleKeys.count(k)) fail("{}: unknown field 'findings.{}' (the findings are a, b, c, d)", file, k);
   Node f = fs_node.child(k);
-  f.only({"title", "claim", "metric", "rule", "rule_text", "hybrids", "options"});
+  f.only({"title", "claim", "metric", "rule", "rule_text", "hybrids", "options", "steps_factor"});
   FindingSpec s;
   s.id = k;
   s.title = f.str("title", "", true);
@@ -332,6 +337,9 @@ FindingSpec read_finding(const std::string& file, const Node& fs_node, const std
   s.rule_text = f.str("rule_text", "", true);
   s.rule = read_rule(f.child("rule"), kRuleKeys.at(k));
   s.hybrids = f.strings("hybrids", false);
+  s.steps_factor = f.num("steps_factor", 1);
+  if (!(s.steps_factor >= 1) || s.steps_factor > 100)
+    fail("{}: field '{}' must be in [1, 100]", file, f.field("steps_factor"));
   const size_t need = k == "d" ? 2 : k == "b" ? 1 : 2;
   if (s.hybrids.size() < need || (k == "d" && s.hybrids.size() != 2))
     fail("{}: field '{}' must list {} hybrids", file, f.field("hybrids"), k == "d" ? "exactly 2 (RoPE, NoPE)" : "at least " + std::to_string(need));

@@ -37,6 +37,9 @@ struct FindingSpec {
   std::vector<std::string> hybrids;  // what it trains (d: [rope, nope])
   nlohmann::json rule;               // the verdict rule's parameters (study/verdict.h)
   nlohmann::json options;            // per-finding measurement options (span, lengths, ruler, ...)
+  // Its runs train steps_factor x the budget's steps (a whole number of eval intervals), in run folders of their
+  // own: a finding whose skill forms late gets room after it without making every other finding's runs longer.
+  double steps_factor = 1;
 };
 
 struct StudyPlan {
@@ -58,6 +61,10 @@ struct StudyPlan {
   // The window (tokens) of a hybrid at a budget: round(fraction * seq_len), at least 1; 0 when none.
   long window_tokens(const HybridSpec& h, const BudgetSpec& b) const;
 };
+
+// factor x the budget's steps, rounded to a whole number of eval intervals (at least one): the training length of
+// the evaluator and of a finding with a steps_factor.
+long scaled_steps(const BudgetSpec& b, double factor);
 
 // Reads and checks a plan. `train_option` checks the budgets' train flags against `hybridlm train`.
 // hlm::Error "<file>: field '<path>' ..." on anything malformed, unknown or impossible.

@@ -101,6 +101,12 @@ std::string report_scaling(const json& all, const json& f, const std::string& di
                     d.contains("log_longppl_spread_early") && d["log_longppl_spread_early"].is_object() ? fmt::format("{:.4f}", d["log_longppl_spread_early"]["mean"].get<double>()) : "-",
                     d.contains("log_longppl_spread_final") && d["log_longppl_spread_final"].is_object() ? fmt::format("{:.4f}", d["log_longppl_spread_final"]["mean"].get<double>()) : "-",
                     d.value("largest_window_lags_most", std::string("-")));
+  // How much each LongPPL number rests on: the evaluator's key tokens, over all evaluations.
+  if (const long n = d.value("longppl_evaluations", 0L); n > 0)
+    md += fmt::format("LongPPL read on up to {} validation documents per evaluation: {} key tokens over {} "
+                      "evaluations ({:.1f} each).\n",
+                      all.value("budget", json::object()).value("longppl_docs", 0), d.value("longppl_key_tokens", 0L),
+                      n, static_cast<double>(d.value("longppl_key_tokens", 0L)) / static_cast<double>(n));
   if (!pl.series.empty()) {
     write_line_plot(pl, (fs::path(dir) / "loss-vs-compute.svg").string());
     figs->push_back("loss-vs-compute.svg");
@@ -372,6 +378,11 @@ std::string write_report(const json& all, const std::string& dir) {
     md += fmt::format("\n## {}. {}\n\n**Claim.** {}\n\n**Metric.** {}\n\n**Rule.** {} ({})\n\n", id,
                       f.value("title", std::string()), f.value("claim", std::string()), f.value("metric", std::string()),
                       f.value("rule_text", std::string()), rule_params(f.value("rule", json::object())));
+    if (const long steps = f.value("steps", 0L); steps > 0 && steps != budget.value("steps", 0L))
+      md += fmt::format("**Training.** This finding's runs train {} steps ({:.3g} tokens per run), {:g}x the budget's "
+                        "{} (the plan's `steps_factor`), in run folders of their own.\n\n",
+                        steps, static_cast<double>(steps) * budget.value("batch", 0L) * budget.value("seq_len", 0L),
+                        static_cast<double>(steps) / budget.value("steps", 1L), budget.value("steps", 0L));
     if (id == "a") md += report_scaling(all, f, dir, &figs);
     else if (id == "b") md += report_receptive(all, f, dir, &figs);
     else if (id == "c") md += report_laziness(all, f, dir, &figs);

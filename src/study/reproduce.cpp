@@ -66,29 +66,40 @@ struct Study {
   const StudyRun* evaluator = nullptr;
 
   bool wants(const std::string& id) const { return std::count(findings.begin(), findings.end(), id) > 0; }
-  const StudyRun& run(const std::string& hybrid, int seed) const {
+  // The steps a finding's runs train (its steps_factor x the budget's).
+  long steps_of(const FindingSpec& f) const { return scaled_steps(budget, f.steps_factor); }
+  const StudyRun& run(const std::string& hybrid, int seed, long steps) const {
     for (auto& r : runs)
-      if (r.hybrid == hybrid && r.seed == seed) return r;
-    fail("internal: no run {} seed {}", hybrid, seed);
+      if (r.hybrid == hybrid && r.seed == seed && r.planned.steps == steps) return r;
+    fail("internal: no run {} seed {} of {} steps", hybrid, seed, steps);
+  }
+  const StudyRun& run(const FindingSpec& f, const std::string& hybrid, int seed) const {
+    return run(hybrid, seed, steps_of(f));
+  }
+  // LongPPL of a run at a checkpoint; the file names the document count, so a plan that changes it re-evaluates.
+  std::string longppl_file(const StudyRun& r, long step) const {
+    return fmt::format("{}/longppl-docs{}-step{}.json", evals_dir(r), budget.longppl_docs, step);
   }
   std::string evals_dir(const StudyRun& r) const { return run_folder::evals(r.planned.dir).string(); }
 };
 
-void add_run(Study& s, const HybridSpec& h, int seed, bool evaluator) {
-  for (auto& r : s.runs)
-    if (r.hybrid == h.name && r.seed == seed) return;
+// A run of hybrid `h` trained for `steps_factor` x the budget's steps; runs longer than the budget's steps (other
+// than the evaluator) live in folders named <hybrid>-x<factor>-s<seed>.
+void add_run(Study& s, const HybridSpec& h, int seed, bool evaluator, double steps_factor) {
   const BudgetSpec& b = s.budget;
+  const long steps = scaled_steps(b, steps_factor);
+  for (auto& r : s.runs)
+    if (r.hybrid == h.name && r.seed == seed && r.planned.steps == steps) return;
   StudyRun sr;
   sr.hybrid = h.name;
   sr.seed = seed;
   PlannedRun& r = sr.planned;
-  r.name = evaluator ? "evaluator" : fmt::format("{}-s{}", h.name, seed);
+  r.name = evaluator              ? "evaluator"
+           : steps == b.steps ? fmt::format("{}-s{}", h.name, seed)
+                              : fmt::format("{}-x{:g}-s{}", h.name, steps_factor, seed);
   r.arch = h.name;
   r.size = b.name;
-  r.steps = b.steps;
-  if (evaluator)  // a whole number of eval intervals
-    r.steps = std::max(1L, std::lround(s.plan.evaluator_steps_factor * static_cast<double>(b.steps) / b.eval_every)) *
-              b.eval_every;
+  r.steps = steps;
   r.budget = r.steps;
   r.tokens = static_cast<double>(r.steps) * b.tokens_per_step();
   std::vector<std::string> sets = b.sets;
@@ -183,14 +194,15 @@ void add_eval_tasks(Study& s) {
     const FindingSpec& f = *s.plan.finding(id);
     for (size_t hi = 0; hi < f.hybrids.size(); ++hi)
       for (int seed = 1; seed <= s.seeds; ++seed) {
-        const StudyRun& r = s.run(f.hybrids[hi], seed);
+        const StudyRun& r = s.run(f, f.hybrids[hi], seed);
+        const long steps = r.planned.steps;
         const std::string dir = r.planned.dir, ev = s.evals_dir(r);
         if (id == "a") {
           const std::string evaluator = s.evaluator->planned.dir;
           const std::string alpha = fmt::format("{}", f.options.value("longppl_alpha", 2.0));
           const std::string beta = fmt::format("{}", f.options.value("longppl_beta", -2.0));
-          for (long step = b.eval_every; step <= b.steps; step += b.eval_every) {
-            const std::string out = fmt::format("{}/longppl-step{}.json", ev, step);
+          for (long step = b.eval_every; step <= steps; step += b.eval_every) {
+            const std::string out = s.longppl_file(r, step);
             add_eval(s, r, fmt::format("eval longppl {} step {}", r.planned.name, step), out,
                      {r.task, s.evaluator->task}, 3.0 * b.longppl_docs * L * 4, [=, &b] {
                        return with_threads({"eval", "longppl", "--ckpt", checkpoint_at(dir, step), "--evaluator",
@@ -216,7 +228,7 @@ void add_eval_tasks(Study& s) {
         // retrieval (one task per run: add_eval keeps the first).
         if (id == "c" || id == "d")
           add_eval(s, r, "probe retrieval-heads " + r.planned.name, ev + "/retrieval-heads.json", {r.task},
-                   static_cast<double>(b.steps / b.eval_every) * 5 * b.niah_samples * L * 6, [=, &b] {
+                   static_cast<double>(steps / b.eval_every) * 5 * b.niah_samples * L * 6, [=, &b] {
                      return with_threads({"probe", "retrieval-heads", "--over-checkpoints", dir, "--samples",
                                           std::to_string(b.niah_samples), "--haystack", "noise"},
                                          T);
@@ -288,7 +300,7 @@ json collect_scaling(const Study& s, const FindingSpec& f) {
     json per_seed = json::array();
     std::vector<double> C, loss, Cl, lp;
     for (int seed = 1; seed <= s.seeds; ++seed) {
-      const StudyRun& r = s.run(h, seed);
+      const StudyRun& r = s.run(f, h, seed);
       json pts = json::array();
       ScalingSeedPoint sp;
       std::map<long, std::pair<double, double>> row;  // step -> (flops, val_loss)
@@ -297,15 +309,15 @@ json collect_scaling(const Study& s, const FindingSpec& f) {
           for (auto& p : scaling::read_run(r.planned.dir, "val_loss").points) row[p.step] = {p.flops, p.value};
       } catch (const Error&) {
       }
-      for (long step = b.eval_every; step <= b.steps; step += b.eval_every) {
-        const json lpj = maybe_json(fmt::format("{}/longppl-step{}.json", s.evals_dir(r), step));
+      for (long step = b.eval_every; step <= r.planned.steps; step += b.eval_every) {
+        const json lpj = maybe_json(s.longppl_file(r, step));
         const double llp = lpj.is_object() ? num_or_nan(lpj.value("log_longppl", json())) : NAN;
         if (lpj.is_object()) key_tokens += lpj.value("key_tokens", 0L), longppl_files += 1;
         const auto it = row.find(step);
         const double flops = it == row.end() ? NAN : it->second.first, vl = it == row.end() ? NAN : it->second.second;
         pts.push_back({{"step", step}, {"flops", flops}, {"val_loss", vl}, {"log_longppl", std::isfinite(llp) ? json(llp) : json()}});
         if (step == b.eval_every) sp.early_log_longppl = llp;
-        if (step == b.steps) sp.final_log_longppl = llp, sp.final_val_loss = vl;
+        if (step == r.planned.steps) sp.final_log_longppl = llp, sp.final_val_loss = vl;
         if (std::isfinite(flops) && std::isfinite(vl)) C.push_back(flops), loss.push_back(vl);
         if (std::isfinite(flops) && std::isfinite(llp)) Cl.push_back(flops), lp.push_back(llp);
       }
@@ -350,7 +362,7 @@ json collect_receptive(const Study& s, const FindingSpec& f) {
     in.seeds.emplace_back();
     json seeds = json::array();
     for (int seed = 1; seed <= s.seeds; ++seed) {
-      const json j = maybe_json(s.evals_dir(s.run(h, seed)) + "/receptive-field.json");
+      const json j = maybe_json(s.evals_dir(s.run(f, h, seed)) + "/receptive-field.json");
       ReceptiveSeed rs;
       json row = json::object();
       if (j.is_object())
@@ -385,7 +397,7 @@ json over_training(const Study& s, const StudyRun& r) {
 
 json collect_laziness(const Study& s, const FindingSpec& f) {
   LazinessInput in;
-  in.steps = s.budget.steps;
+  in.steps = s.steps_of(f);
   in.eval_every = s.budget.eval_every;
   const int heads_min = static_cast<int>(f.rule.at("heads_min").get<double>());
   std::vector<std::string> order = f.hybrids;  // smallest window first
@@ -398,7 +410,7 @@ json collect_laziness(const Study& s, const FindingSpec& f) {
     in.onset.emplace_back();
     json seeds = json::array();
     for (int seed = 1; seed <= s.seeds; ++seed) {
-      const json pts = over_training(s, s.run(h, seed));
+      const json pts = over_training(s, s.run(f, h, seed));
       double onset = NAN;
       if (pts.is_array())
         for (auto& p : pts)
@@ -425,7 +437,7 @@ json collect_nope(const Study& s, const FindingSpec& f) {
   for (int seed = 1; seed <= s.seeds; ++seed) {
     NopeSeed ns;
     for (size_t k = 0; k < 2; ++k) {
-      const StudyRun& r = s.run(f.hybrids[k], seed);
+      const StudyRun& r = s.run(f, f.hybrids[k], seed);
       const json niah = maybe_json(s.evals_dir(r) + "/niah-lengths.json");
       const json ruler = maybe_json(s.evals_dir(r) + "/ruler.json");
       double score = NAN, loss = NAN;
@@ -502,6 +514,7 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
     r["rule_text"] = f.rule_text;
     r["rule"] = f.rule;
     r["hybrids"] = f.hybrids;
+    r["steps"] = s.steps_of(f);
     findings.push_back(r);
   }
   const BudgetSpec& b = s.budget;
@@ -609,21 +622,27 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   s.sweep.data = s.budget.data;
   s.sweep.tokenizer = s.budget.tokenizer;
   s.sweep.tokens_per_step = s.budget.tokens_per_step();
-  s.runs.reserve(s.plan.hybrids.size() * static_cast<size_t>(s.seeds) + 1);  // tasks keep pointers into it
-  if (s.wants("a")) add_run(s, s.plan.evaluator, 1, true);
-  for (auto& id : s.findings)
-    for (auto& h : s.plan.finding(id)->hybrids)
-      for (int seed = 1; seed <= s.seeds; ++seed) add_run(s, s.plan.hybrid(h), seed, false);
+  size_t most_runs = 1;
+  for (auto& id : s.findings) most_runs += s.plan.finding(id)->hybrids.size() * static_cast<size_t>(s.seeds);
+  s.runs.reserve(most_runs);  // tasks keep pointers into it
+  if (s.wants("a")) add_run(s, s.plan.evaluator, 1, true, s.plan.evaluator_steps_factor);
+  for (auto& id : s.findings) {
+    const FindingSpec& f = *s.plan.finding(id);
+    for (auto& h : f.hybrids)
+      for (int seed = 1; seed <= s.seeds; ++seed) add_run(s, s.plan.hybrid(h), seed, false, f.steps_factor);
+  }
   if (s.wants("a")) s.evaluator = &s.runs.front();
   for (auto& r : s.runs) inspect_run(r.planned);  // a folder holding another model is refused before anything runs
   add_train_tasks(s);
   add_eval_tasks(s);
+  std::set<long> run_steps;
+  for (auto& r : s.runs) run_steps.insert(r.planned.steps);
 
   if (!o.quiet)
     fmt::print(stderr, "reproduce: plan {} ({}), budget {}: findings {}, {} runs of {} steps x {} tokens, {} seed{}, "
                "{} tasks, {} at a time x {} thread{}; into {}\n", s.plan.file, s.plan.name, s.budget.name,
-               fmt::join(s.findings, ","), s.runs.size(), s.budget.steps, s.budget.batch * s.budget.seq_len, s.seeds,
-               s.seeds == 1 ? "" : "s", s.tasks.size(), s.jobs, s.threads, s.threads == 1 ? "" : "s", o.out);
+               fmt::join(s.findings, ","), s.runs.size(), fmt::join(run_steps, " or "), s.budget.batch * s.budget.seq_len,
+               s.seeds, s.seeds == 1 ? "" : "s", s.tasks.size(), s.jobs, s.threads, s.threads == 1 ? "" : "s", o.out);
   GraphOutcome g = run_task_graph(self_exe(), s.tasks, s.jobs, o.quiet, {o.rank, o.ranks, markers});
   if (!g.interrupted && o.ranks > 1) o.barrier();  // every rank's tasks have ended
   if (o.rank > 0) {
