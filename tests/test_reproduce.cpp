@@ -97,6 +97,7 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   EXPECT_FALSE(fs::exists(out / "runs" / "swa-small-s1" / "checkpoints" / "step_00000080"));
   EXPECT_EQ(f["hybrids"]["swa-large"]["window"], 192);  // half of the tiny budget's 384-token rows
   EXPECT_EQ(f["run"]["precision"], "fp32");
+  EXPECT_EQ(f["plan"]["file"], "studies/paper.json");  // named relative to the source tree, not this machine's path
   const std::string report = slurp(out / "report.md");
   for (const char* s : {"| a. Scaling |", "| d. NoPE on the full layers |", "Miniature proxy", "shared evaluator",
                         "loss-vs-compute.svg", "receptive-field.svg", "niah-over-training.svg", "nope-vs-rope.svg",

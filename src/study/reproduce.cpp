@@ -494,6 +494,12 @@ json collect_nope(const Study& s, const FindingSpec& f) {
                     {"ruler_skipped", ruler_skipped}}}};
 }
 
+// A plan inside the source tree is named relative to it (findings.json is committed; machine paths are not).
+std::string shown_path(const std::string& file) {
+  const fs::path rel = fs::absolute(file).lexically_normal().lexically_relative(fs::path(HLM_SOURCE_DIR));
+  return rel.empty() || *rel.begin() == ".." ? file : rel.string();
+}
+
 json collect(const Study& s, const GraphOutcome& g, double wall_total) {
   json hybrids = json::object();
   for (auto& r : s.runs)
@@ -519,7 +525,7 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
   }
   const BudgetSpec& b = s.budget;
   return {{"version", 1},
-          {"plan", {{"file", s.plan.file}, {"name", s.plan.name}, {"description", s.plan.description},
+          {"plan", {{"file", shown_path(s.plan.file)}, {"name", s.plan.name}, {"description", s.plan.description},
                     {"window_mapping", s.plan.window_mapping}, {"windows", s.plan.windows},
                     {"amendments", s.plan.amendments}}},
           {"budget", {{"name", b.name}, {"seq_len", b.seq_len}, {"batch", b.batch}, {"steps", b.steps},
