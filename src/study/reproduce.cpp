@@ -68,13 +68,15 @@ struct Study {
   bool wants(const std::string& id) const { return std::count(findings.begin(), findings.end(), id) > 0; }
   // The steps a finding's runs train (its steps_factor x the budget's).
   long steps_of(const FindingSpec& f) const { return scaled_steps(budget, f.steps_factor); }
-  const StudyRun& run(const std::string& hybrid, int seed, long steps) const {
+  const StudyRun* find(const std::string& hybrid, int seed, long steps) const {
     for (auto& r : runs)
-      if (r.hybrid == hybrid && r.seed == seed && r.planned.steps == steps) return r;
-    fail("internal: no run {} seed {} of {} steps", hybrid, seed, steps);
+      if (r.hybrid == hybrid && r.seed == seed && r.planned.steps == steps) return &r;
+    return nullptr;
   }
+  // The run of `hybrid` and `seed` that finding `f` reads (its runs' length).
   const StudyRun& run(const FindingSpec& f, const std::string& hybrid, int seed) const {
-    return run(hybrid, seed, steps_of(f));
+    if (const StudyRun* r = find(hybrid, seed, steps_of(f))) return *r;
+    fail("internal: no run {} seed {} of {} steps", hybrid, seed, steps_of(f));
   }
   // LongPPL of a run at a checkpoint; the file names the document count, so a plan that changes it re-evaluates.
   std::string longppl_file(const StudyRun& r, long step) const {
@@ -88,8 +90,7 @@ struct Study {
 void add_run(Study& s, const HybridSpec& h, int seed, bool evaluator, double steps_factor) {
   const BudgetSpec& b = s.budget;
   const long steps = scaled_steps(b, steps_factor);
-  for (auto& r : s.runs)
-    if (r.hybrid == h.name && r.seed == seed && r.planned.steps == steps) return;
+  if (s.find(h.name, seed, steps)) return;
   StudyRun sr;
   sr.hybrid = h.name;
   sr.seed = seed;
