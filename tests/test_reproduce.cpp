@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +69,7 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("report: " + (out / "report.md").string()), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("ETA"), std::string::npos) << r.err;  // the progress line
+  EXPECT_NE(r.err.find(": train swa-small-s1 ("), std::string::npos) << r.err;  // a training task's progress line
   const json f = read_json(out / "findings.json");
   ASSERT_EQ(f["findings"].size(), 4u);
   for (auto& x : f["findings"]) {
@@ -126,7 +128,7 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   Result rerun = run("reproduce --budget tiny --out " + out.string());
   ASSERT_EQ(rerun.code, 0) << rerun.err;
   EXPECT_NE(rerun.err.find("already done (resumed)"), std::string::npos) << rerun.err;
-  EXPECT_EQ(rerun.err.find("train "), std::string::npos) << rerun.err;
+  EXPECT_EQ(rerun.err.find(": train "), std::string::npos) << rerun.err;
   // Another budget in the same folder is refused.
   expect_error(run("reproduce --budget small --out " + out.string()), "field 'budget' is \"tiny\"");
 
@@ -149,7 +151,7 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   // Without --seeds a rerun keeps the folder's 2; fewer seeds than the folder holds are refused.
   Result kept = run("reproduce --budget tiny --only d --out " + out.string());
   ASSERT_EQ(kept.code, 0) << kept.err;
-  EXPECT_EQ(kept.err.find("train "), std::string::npos) << kept.err;
+  EXPECT_EQ(kept.err.find(": train "), std::string::npos) << kept.err;
   EXPECT_EQ(read_json(out / "study.json")["seeds"], 2);
   expect_error(run("reproduce --budget tiny --seeds 1 --out " + out.string()), "field 'seeds' is 2");
 }
@@ -213,4 +215,74 @@ TEST(Reproduce, ContinuesAfterAKillMidRun) {
   ASSERT_EQ(f["findings"].size(), 1u);
   EXPECT_EQ(f["findings"][0]["id"], "b");
   EXPECT_EQ(f["run"]["tasks_failed"], 0);
+}
+
+// --dry-run plans the study and lists it (runs with their size, FLOPs and passes over the data, tasks by kind, what
+// LongPPL can read), writing nothing into the folder; --measure times each model with a short `hybridlm bench`.
+// The medium budget, never run on the 2-core machine, is planned in full here (on the tiny budget's corpus).
+TEST(Reproduce, DryRunListsRunsTasksAndDataAndWritesNothing) {
+  const fs::path out = tmp_dir() / "dry";
+  Result r = run("reproduce --budget tiny --dry-run --json --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  const json d = json::parse(r.out);
+  // The evaluator, a's six hybrids (b and c share them) and d's two runs of twice the steps.
+  ASSERT_EQ(d["runs"].size(), 9u);
+  EXPECT_EQ(d["total"]["runs"], 9);
+  std::map<std::string, json> by_name;
+  for (auto& x : d["runs"]) {
+    by_name[x["name"]] = x;
+    EXPECT_EQ(x["on_disk"], "new");
+    EXPECT_DOUBLE_EQ(x["tokens"].get<double>(), x["steps"].get<double>() * 4 * 384) << x.dump();  // batch x seq_len
+    EXPECT_GT(x["params"].get<double>(), 1e4);
+  }
+  EXPECT_EQ(by_name["evaluator"]["steps"], 120);
+  EXPECT_EQ(by_name["swa-small-x2-s1"]["steps"], 120);
+  EXPECT_EQ(by_name["swa-large-s1"]["window"], 192);
+  // The same model trained twice the tokens: twice the FLOPs and passes.
+  EXPECT_DOUBLE_EQ(by_name["swa-small-x2-s1"]["train_flops"].get<double>(),
+                   2 * by_name["swa-small-s1"]["train_flops"].get<double>());
+  EXPECT_DOUBLE_EQ(by_name["swa-small-x2-s1"]["text_passes"].get<double>(),
+                   2 * by_name["swa-small-s1"]["text_passes"].get<double>());
+  // 6 hybrids x 3 checkpoints of LongPPL; receptive field on b's 4; retrieval heads on c's 3 and d's 2; NIAH and RULER
+  // on d's 2; 9 trainings.
+  EXPECT_EQ(d["tasks"]["eval longppl"], json({18, 0}));
+  EXPECT_EQ(d["tasks"]["probe receptive-field"], json({4, 0}));
+  EXPECT_EQ(d["tasks"]["probe retrieval-heads"], json({5, 0}));
+  EXPECT_EQ(d["tasks"]["eval niah"], json({2, 0}));
+  EXPECT_EQ(d["tasks"]["eval ruler"], json({2, 0}));
+  EXPECT_EQ(d["tasks"]["train"], json({9, 0}));
+  EXPECT_EQ(d["total"]["tasks"], 40);
+  // LongPPL reads what the validation split has, at most the budget's 2 documents.
+  EXPECT_GE(d["data"]["longppl_docs"].get<int>(), 1);
+  EXPECT_LE(d["data"]["longppl_docs"].get<int>(), 2);
+  EXPECT_TRUE(d["measured"].is_null());
+
+  // medium, on the tiny corpus: 25 runs of 10000 steps (d's and the evaluator 20000), every task planned.
+  const fs::path plan = tmp_dir() / "plan_medium_on_tiny_data.json";
+  json j = read_json(fs::path(HLM_SOURCE_DIR) / "studies" / "paper.json");
+  j["budgets"]["medium"]["data"] = (fs::path(HLM_SOURCE_DIR) / "docs").string();
+  j["budgets"]["medium"]["tokenizer"] = j["budgets"]["tiny"]["tokenizer"];
+  std::ofstream(plan) << j.dump();
+  Result m = run("reproduce " + plan.string() + " --budget medium --dry-run --out " + out.string());
+  ASSERT_EQ(m.code, 0) << m.err;
+  EXPECT_FALSE(fs::exists(out));
+  for (const char* s : {"budget medium, findings a,b,c,d, 3 seed(s)", "swa-small-nope-x2-s3", "180 eval longppl",
+                        "total: 25 runs", "note: runs see the training text"})
+    EXPECT_NE(m.out.find(s), std::string::npos) << s << "\n" << m.out;
+
+  // --measure: a training rate per model and the training time it gives.
+  Result t = run("reproduce --budget tiny --only d --dry-run --measure --json --out " + out.string());
+  ASSERT_EQ(t.code, 0) << t.err;
+  const json md = json::parse(t.out);
+  ASSERT_EQ(md["runs"].size(), 2u);
+  double seconds = 0;
+  for (auto& x : md["runs"]) {
+    EXPECT_GT(x["tokens_per_s"].get<double>(), 0) << x.dump();
+    EXPECT_NEAR(x["train_seconds"].get<double>(), x["tokens"].get<double>() / x["tokens_per_s"].get<double>(), 1e-6);
+    seconds += x["train_seconds"].get<double>();
+  }
+  EXPECT_NEAR(md["measured"]["train_seconds_left"].get<double>(), seconds, 1e-6 * seconds);
+  EXPECT_FALSE(fs::exists(out));
+  expect_error(run("reproduce --budget tiny --measure --out " + out.string()), "--measure requires --dry-run");
 }

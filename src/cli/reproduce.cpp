@@ -11,6 +11,65 @@
 
 namespace hlm::cli {
 
+namespace {
+
+using nlohmann::json;
+
+// 1.23e+18 -> "1.23 EFLOP"; 4.5e9 tokens -> "4.50G".
+std::string si(double x, const char* unit) {
+  const char* prefix[] = {"", "k", "M", "G", "T", "P", "E"};
+  int i = 0;
+  while (x >= 1000 && i < 6) x /= 1000, ++i;
+  return fmt::format("{:.{}f}{}{}", x, x < 10 ? 2 : x < 100 ? 1 : 0, prefix[i], unit);
+}
+
+void print_dry_run(const json& d) {
+  const json& data = d["data"];
+  fmt::print("reproduce --dry-run: plan {} ({}), budget {}, findings {}, {} seed(s), {}, {} job(s) x {} thread(s); "
+             "into {}\n",
+             d["plan"].get<std::string>(), d["name"].get<std::string>(), d["budget"].get<std::string>(),
+             fmt::join(d["findings"].get<std::vector<std::string>>(), ","), d["seeds"].get<int>(),
+             d["precision"].get<std::string>(), d["jobs"].get<int>(), d["threads"].get<int>(),
+             d["out"].get<std::string>());
+  fmt::print("data: {} with {} ({}): {} training tokens, vocab {}; LongPPL reads {} validation document(s) of {} "
+             "tokens (the budget asks for up to {})\n",
+             data["spec"].get<std::string>(), data["tokenizer"].get<std::string>(), data["dir"].get<std::string>(),
+             data["train_tokens"].get<long>(), data["vocab"].get<long>(), data["longppl_docs"].get<int>(),
+             data["doc_len"].get<long>(), data["longppl_docs_asked"].get<int>());
+  const bool measured = d["measured"].is_object();
+  fmt::print("{:<26} {:<12} {:>6} {:>7} {:>9} {:>8} {:>11} {:>11} {:>9}  {}\n", "run", "preset", "window", "steps",
+             "tokens", "params", "train FLOP", "text passes", measured ? "tok/s" : "", "on disk");
+  for (auto& r : d["runs"])
+    fmt::print("{:<26} {:<12} {:>6} {:>7} {:>9} {:>8} {:>11} {:>11.2f} {:>9}  {}\n", r["name"].get<std::string>(),
+               r["preset"].get<std::string>(), r["window"].get<long>() > 0 ? std::to_string(r["window"].get<long>()) : "-",
+               r["steps"].get<long>(), si(r["tokens"].get<double>(), ""), si(r["params"].get<double>(), ""),
+               si(r["train_flops"].get<double>(), ""), r["text_passes"].get<double>(),
+               measured ? fmt::format("{:.0f}", r["tokens_per_s"].get<double>()) : "", r["on_disk"].get<std::string>());
+  std::string tasks;
+  for (auto& [kind, n] : d["tasks"].items())
+    tasks += fmt::format("{}{} {} ({} done)", tasks.empty() ? "" : ", ", n[0].get<int>(), kind, n[1].get<int>());
+  const json& t = d["total"];
+  fmt::print("tasks: {}\ntotal: {} runs, {} training tokens, {} FLOP of training; {} tasks\n", tasks,
+             t["runs"].get<int>(), si(t["tokens"].get<double>(), ""), si(t["train_flops"].get<double>(), ""),
+             t["tasks"].get<int>());
+  if (measured) {
+    const json& m = d["measured"];
+    const double left = m["train_seconds_left"].get<double>();
+    fmt::print("measured here ({}, {} kernels; each model alone, {} thread(s)): the training left is {:.1f} job-hours, "
+               "{:.1f} h of wall time at {} job(s) at once (evaluations and probes not counted)\n",
+               m["cpu"].get<std::string>(), m["simd"].get<std::string>(), d["threads"].get<int>(), left / 3600,
+               m["wall_seconds_left"].get<double>() / 3600, d["jobs"].get<int>());
+  }
+  // More than one pass over the training text: the runs repeat the data (a bigger corpus: the budget's `data`).
+  double most = 0;
+  for (auto& r : d["runs"]) most = std::max(most, r["text_passes"].get<double>());
+  if (most > 1)
+    fmt::print("note: runs see the training text up to {:.1f} times; give the budget a bigger corpus (`data`) for "
+               "runs that do not repeat it\n", most);
+}
+
+}  // namespace
+
 Command register_reproduce(CLI::App& app) {
   auto* sub = app.add_subcommand("reproduce", "the paper's study: train, evaluate, probe, fit, and write a report "
                                               "with a verdict per finding");
@@ -26,6 +85,13 @@ Command register_reproduce(CLI::App& app) {
   add_precision_flag(sub, &o->precision);
   sub->add_option("--out", o->out, "study folder: runs/, findings.json, report.md, figures")->required();
   sub->add_flag("--report-only", o->report_only, "rewrite report.md and the figures from DIR/findings.json alone");
+  sub->add_flag("--dry-run", o->dry_run,
+                "list the runs (size, tokens, training FLOPs, passes over the data, what is on disk) and tasks, and "
+                "what LongPPL can read of the data; prepares the dataset, trains nothing, writes nothing into DIR");
+  sub->add_flag("--measure", o->measure,
+                "with --dry-run: time a few training steps of each model here (hybridlm bench, the study's threads "
+                "and precision) and estimate the training time left")
+      ->needs("--dry-run");
   sub->add_flag("--json", *json_out, "print {report, findings, exit_code} as JSON on stdout");
   return {sub, [o, json_out]() -> int {
             for (auto& id : o->only)
@@ -41,6 +107,13 @@ Command register_reproduce(CLI::App& app) {
             }
             o->quiet = false;
             study::ReproduceOutcome r = study::run_reproduce(*o, train_option_kind());
+            if (o->dry_run) {
+              if (*json_out)
+                print_json(r.dry_run);
+              else
+                print_dry_run(r.dry_run);
+              return 0;
+            }
             if (*json_out)
               print_json({{"report", r.report}, {"findings", r.findings}, {"exit_code", r.exit_code}});
             else if (!r.report.empty())

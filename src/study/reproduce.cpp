@@ -16,8 +16,12 @@
 #include "core/error.h"
 #include "core/machine.h"
 #include "core/simd_target.h"
+#include "data/dataset.h"
+#include "data/shard.h"
+#include "eval/longppl.h"
 #include "eval/scaling.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "ops/precision.h"
 #include "study/child_process.h"
 #include "study/json_file.h"
@@ -52,6 +56,15 @@ std::string checkpoint_at(const std::string& run_dir, long step) {
 
 int cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+// What the budget's data holds for the study, read before anything runs (the dataset is prepared here, as the first
+// training would): a data or tokenizer problem is refused up front, and LongPPL's cost is known (its ETA weight
+// counts the documents it will read, not the budget's upper bound).
+struct StudyData {
+  std::string dir;
+  long vocab = 0, train_tokens = 0;
+  int longppl_docs = 0;  // validation documents of at least seq_len tokens that LongPPL reads (at most the budget's)
+};
+
 // Everything a study needs, planned: the runs and the tasks that train, evaluate and probe them.
 struct Study {
   StudyPlan plan;
@@ -60,6 +73,7 @@ struct Study {
   int seeds = 1, jobs = 1, threads = 1;
   std::string out, precision = "fp32";
   SweepPlan sweep;                     // data, tokenizer and run folders (study/sweep.h runs them)
+  StudyData data;
   std::vector<StudyRun> runs;
   std::vector<Task> tasks;
   std::map<std::string, size_t> eval_task;  // output file -> task
@@ -205,7 +219,7 @@ void add_eval_tasks(Study& s) {
           for (long step = b.eval_every; step <= steps; step += b.eval_every) {
             const std::string out = s.longppl_file(r, step);
             add_eval(s, r, fmt::format("eval longppl {} step {}", r.planned.name, step), out,
-                     {r.task, s.evaluator->task}, 3.0 * b.longppl_docs * L * 4, [=, &b] {
+                     {r.task, s.evaluator->task}, 3.0 * s.data.longppl_docs * L * 4, [=, &b] {
                        return with_threads({"eval", "longppl", "--ckpt", checkpoint_at(dir, step), "--evaluator",
                                             evaluator, "--doc-len", std::to_string(b.seq_len), "--docs",
                                             std::to_string(b.longppl_docs), "--trunc-len",
@@ -260,6 +274,119 @@ void add_eval_tasks(Study& s) {
         }
       }
   }
+}
+
+// A plan inside the source tree is named relative to it (findings.json is committed; machine paths are not).
+std::string shown_path(const std::string& file) {
+  const fs::path rel = fs::absolute(file).lexically_normal().lexically_relative(fs::path(HLM_SOURCE_DIR));
+  return rel.empty() || *rel.begin() == ".." ? file : rel.string();
+}
+
+StudyData study_data(const Study& s) {
+  data::PrepareOptions po;
+  const data::Dataset ds = data::prepare_dataset(s.sweep.data, s.sweep.tokenizer, "", po);
+  StudyData d;
+  d.dir = ds.dir;
+  d.vocab = ds.vocab_size;
+  d.train_tokens = data::TokenShard(ds.train_path, false).n_tokens();
+  const data::TokenShard val(ds.val_path, false);
+  try {
+    d.longppl_docs = static_cast<int>(long_documents(val, s.budget.seq_len, s.budget.longppl_docs).size());
+  } catch (const Error&) {
+    d.longppl_docs = 0;
+  }
+  if (d.longppl_docs == 0 && s.wants("a"))
+    fail("budget {}: no validation document of {} has seq_len = {} tokens, and finding a's LongPPL reads documents "
+         "of the training length ({}); use a corpus with longer documents or a shorter seq_len", s.budget.name,
+         val.path(), s.budget.seq_len, s.plan.file);
+  return d;
+}
+
+// Training tokens/s of a run's model at the budget's shape on this machine, with the study's threads, precision and
+// data's vocabulary: the median of 3 steps of a child `hybridlm bench` (after one warm-up step).
+double measured_tokens_per_s(const Study& s, const StudyRun& r) {
+  std::vector<std::string> args = {"bench"};
+  args.insert(args.end(), r.planned.model_args.begin(), r.planned.model_args.end());
+  args.insert(args.end(), {"--set", fmt::format("vocab_size={}", s.data.vocab), "--seq-len",
+                           std::to_string(s.budget.seq_len), "--batch", std::to_string(s.budget.batch), "--steps", "3",
+                           "--warmup", "1", "--threads", std::to_string(s.threads), "--precision", s.precision,
+                           "--json"});
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("hlm-reproduce-bench-{}", getpid());
+  const std::string log = tmp.string() + ".log", result = tmp.string() + ".json";
+  const int rc = run_child(self_exe(), args, log, result);
+  double rate = NAN;
+  std::string why;
+  if (rc == 0) {
+    try {
+      rate = read_json_file(result).at("train_tokens_per_s").get<double>();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  } else {
+    why = last_error(log);
+  }
+  fs::remove(log);
+  fs::remove(result);
+  if (!std::isfinite(rate) || rate <= 0)
+    fail("reproduce --dry-run --measure: `hybridlm {}` failed: {}", shell_join(args), why);
+  return rate;
+}
+
+// --dry-run: the runs and tasks the study would run, with their size, and what is already on disk; with `measure`,
+// each model's training rate here and the training time it gives.
+json dry_run_summary(const Study& s, bool measure) {
+  json runs = json::array();
+  double tokens = 0, flops = 0, train_seconds = 0;
+  std::map<std::string, double> rates;  // model arguments -> tokens/s
+  for (auto& r : s.runs) {
+    const HybridSpec& h = r.planned.name == "evaluator" ? s.plan.evaluator : s.plan.hybrid(r.hybrid);
+    std::vector<std::string> sets = s.budget.sets;
+    sets.insert(sets.end(), h.sets.begin(), h.sets.end());
+    ModelConfig cfg = resolve_config(h.preset, "", sets);
+    cfg.vocab_size = s.data.vocab;  // as train sets it from the tokenizer
+    const Model m(cfg);
+    const double f = m.flops(s.budget.seq_len).train_per_token * r.planned.tokens;
+    // Text rows: the evaluator trains on text only, the others on the proxy's mix.
+    const double text = r.planned.name == "evaluator" ? 1.0 : 1.0 - s.plan.mix_niah;
+    const RunOnDisk d = inspect_run(r.planned);
+    runs.push_back({{"name", r.planned.name}, {"preset", h.preset}, {"window", s.plan.window_tokens(h, s.budget)},
+                    {"seed", r.seed}, {"steps", r.planned.steps}, {"tokens", r.planned.tokens},
+                    {"params", m.num_params()}, {"train_flops", f},
+                    {"text_passes", r.planned.tokens * text / static_cast<double>(s.data.train_tokens)},
+                    {"on_disk", d.has_ckpt && d.step == r.planned.steps ? "done"
+                                : d.has_ckpt                            ? fmt::format("step {}", d.step)
+                                                                        : "new"}});
+    if (measure) {
+      const std::string key = shell_join(r.planned.model_args);
+      if (!rates.count(key)) rates[key] = measured_tokens_per_s(s, r);
+      runs.back()["tokens_per_s"] = rates[key];
+      runs.back()["train_seconds"] = r.planned.tokens / rates[key];
+      const double left = d.has_ckpt ? 1.0 - static_cast<double>(d.step) / static_cast<double>(r.planned.steps) : 1.0;
+      train_seconds += r.planned.tokens * left / rates[key];
+    }
+    tokens += r.planned.tokens;
+    flops += f;
+  }
+  json kinds = json::object();  // "train", "eval longppl", "probe retrieval-heads", ...: [tasks, done]
+  for (auto& t : s.tasks) {
+    const std::string kind = t.is_run ? "train" : t.label.substr(0, t.label.find(' ', t.label.find(' ') + 1));
+    if (!kinds.contains(kind)) kinds[kind] = {0, 0};
+    kinds[kind][0] = kinds[kind][0].get<int>() + 1;
+    if (t.done()) kinds[kind][1] = kinds[kind][1].get<int>() + 1;
+  }
+  const BudgetSpec& b = s.budget;
+  return {{"plan", shown_path(s.plan.file)}, {"name", s.plan.name}, {"budget", b.name}, {"findings", s.findings},
+          {"seeds", s.seeds}, {"precision", s.precision}, {"jobs", s.jobs}, {"threads", s.threads},
+          {"out", s.out},
+          {"data", {{"spec", b.data}, {"tokenizer", b.tokenizer}, {"dir", s.data.dir}, {"vocab", s.data.vocab},
+                    {"train_tokens", s.data.train_tokens}, {"longppl_docs", s.data.longppl_docs},
+                    {"longppl_docs_asked", b.longppl_docs}, {"doc_len", b.seq_len}}},
+          {"runs", runs}, {"tasks", kinds},
+          {"total", {{"runs", s.runs.size()}, {"tasks", s.tasks.size()}, {"tokens", tokens}, {"train_flops", flops}}},
+          {"measured", measure ? json{{"train_seconds_left", train_seconds},
+                                      {"wall_seconds_left", train_seconds / s.jobs}, {"cpu", cpu_model_name()},
+                                      {"simd", simd_target()}}
+                               : json()}};
 }
 
 // ---- reading the results back ---------------------------------------------------------------------
@@ -495,12 +622,6 @@ json collect_nope(const Study& s, const FindingSpec& f) {
                     {"ruler_skipped", ruler_skipped}}}};
 }
 
-// A plan inside the source tree is named relative to it (findings.json is committed; machine paths are not).
-std::string shown_path(const std::string& file) {
-  const fs::path rel = fs::absolute(file).lexically_normal().lexically_relative(fs::path(HLM_SOURCE_DIR));
-  return rel.empty() || *rel.begin() == ".." ? file : rel.string();
-}
-
 json collect(const Study& s, const GraphOutcome& g, double wall_total) {
   json hybrids = json::object();
   for (auto& r : s.runs)
@@ -553,6 +674,7 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
 ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind& train_option) {
   ReproduceOutcome res;
   if (o.out.empty()) fail("reproduce needs --out DIR");
+  if (o.dry_run && o.ranks > 1) fail("reproduce --dry-run: run it as one process, not under an MPI launcher");
   const fs::path out = o.out;
   if (o.report_only) {
     if (o.rank > 0) return res;  // rank 0 writes it
@@ -589,10 +711,16 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   // Refused before anything runs where the CPU cannot (train would refuse each run later).
   ops::require_supported(ops::parse_precision(s.precision, "--precision"));
 
+  s.sweep.file = s.plan.file;
+  s.sweep.out = (out / "runs").string();
+  s.sweep.data = s.budget.data;
+  s.sweep.tokenizer = s.budget.tokenizer;
+  s.sweep.tokens_per_step = s.budget.tokens_per_step();
+
   // The folder belongs to one study: a rerun must ask for the same plan, budget and precision. Seeds may grow
   // (--seeds 5 over a 3-seed study trains seeds 4 and 5 and keeps the rest); without --seeds a rerun keeps the
-  // folder's count.
-  fs::create_directories(out);
+  // folder's count. A dry run checks the same and writes nothing.
+  if (!o.dry_run) fs::create_directories(out);
   const std::string study_json = (out / "study.json").string();
   json st = {{"plan", fs::absolute(s.plan.file).lexically_normal().string()}, {"budget", s.budget.name},
              {"seeds", s.seeds}, {"precision", s.precision}, {"wall_seconds", 0.0}};
@@ -610,25 +738,23 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
     if (s.seeds < had.get<int>())
       fail("{}: field 'seeds' is {} but this run asks for {}; a study can add seeds (--seeds {} or more) but not "
            "drop them: use another --out", study_json, had.get<int>(), s.seeds, had.get<int>());
-    if (s.seeds > had.get<int>() && !o.quiet)
+    if (s.seeds > had.get<int>() && !o.quiet && !o.dry_run)
       fmt::print(stderr, "reproduce: {} holds {} seed{}; adding seed{} {}..{}\n", o.out, had.get<int>(),
                  had.get<int>() == 1 ? "" : "s", s.seeds - had.get<int>() == 1 ? "" : "s", had.get<int>() + 1, s.seeds);
     st["seeds"] = s.seeds;
     st["wall_seconds"] = have.value("wall_seconds", 0.0);
   }
   const std::string markers = (out / ".rank-markers").string();  // tasks that failed on some rank
-  if (o.rank == 0) {
+  // Rank 0 prepares the data (the others then find it cached).
+  if (o.rank == 0) s.data = study_data(s);
+  if (o.rank == 0 && !o.dry_run) {
     write_file_atomic(study_json, st.dump(2) + "\n");
     fs::remove_all(markers);
     if (o.ranks > 1) fs::create_directories(markers);
   }
   if (o.ranks > 1) o.barrier();
+  if (o.rank > 0) s.data = study_data(s);
 
-  s.sweep.file = s.plan.file;
-  s.sweep.out = (out / "runs").string();
-  s.sweep.data = s.budget.data;
-  s.sweep.tokenizer = s.budget.tokenizer;
-  s.sweep.tokens_per_step = s.budget.tokens_per_step();
   size_t most_runs = 1;
   for (auto& id : s.findings) most_runs += s.plan.finding(id)->hybrids.size() * static_cast<size_t>(s.seeds);
   s.runs.reserve(most_runs);  // tasks keep pointers into it
@@ -642,6 +768,10 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   for (auto& r : s.runs) inspect_run(r.planned);  // a folder holding another model is refused before anything runs
   add_train_tasks(s);
   add_eval_tasks(s);
+  if (o.dry_run) {
+    res.dry_run = dry_run_summary(s, o.measure);
+    return res;
+  }
   std::set<long> run_steps;
   for (auto& r : s.runs) run_steps.insert(r.planned.steps);
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "study/sweep.h"
 
 namespace hlm::study {
@@ -22,6 +24,8 @@ struct ReproduceOptions {
   int jobs = 0;                     // children at once; 0: one per core
   std::string precision = "fp32";   // every training's --precision (bf16 needs a CPU with native bf16)
   bool report_only = false;         // rewrite report.md + figures from DIR/findings.json alone
+  bool dry_run = false;             // plan only: ReproduceOutcome::dry_run lists the runs and tasks; nothing runs
+  bool measure = false;             // with dry_run: time each model's training here (a short `hybridlm bench`)
   bool quiet = false;
   // Across MPI ranks sharing DIR (cli/reproduce.cpp fills these under mpirun): rank r runs the tasks of the
   // runs r, r+R, ... (trainings, their evaluations and probes) and learns of the others' from DIR; rank 0
@@ -33,6 +37,9 @@ struct ReproduceOptions {
 struct ReproduceOutcome {
   int exit_code = 0;                // 0 done, 1 a task failed, 130 interrupted
   std::string report, findings;     // paths written ("" when interrupted before the report)
+  // --dry-run: plan, budget, data (LongPPL's documents, training tokens), each run (preset, window, steps, tokens,
+  // parameters, training FLOPs, passes over the training text, on disk: new / step N / done), tasks by kind.
+  nlohmann::json dry_run;
 };
 
 ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind& train_option);
