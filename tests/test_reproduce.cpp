@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +116,22 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   if (!key_tokens) {
     EXPECT_NE(f["findings"][0]["reason"].get<std::string>().find("no key tokens"), std::string::npos);
   }
+
+  // A dry run over the finished folder: every run done, its training FLOPs those its training logged.
+  Result dry = run("reproduce --budget tiny --dry-run --json --out " + out.string());
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  const json dj = json::parse(dry.out);
+  EXPECT_EQ(dj["runs"].size(), 9u);
+  for (auto& x : dj["runs"]) {
+    EXPECT_EQ(x["on_disk"], "done") << x.dump();
+    double logged = 0;
+    std::ifstream metrics(out / "runs" / x["name"].get<std::string>() / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);)
+      if (const json row = json::parse(line); row.contains("flops")) logged = row["flops"].get<double>();
+    EXPECT_NEAR(x["train_flops"].get<double>(), logged, 1e-6 * logged) << x.dump();
+  }
+  EXPECT_EQ(dj["total"]["tasks"], 40);
+  for (auto& [kind, n] : dj["tasks"].items()) EXPECT_EQ(n[0], n[1]) << kind;  // every task done
 
   // The report again from findings.json alone, with the run folders gone.
   fs::remove(out / "report.md");
@@ -272,17 +289,20 @@ TEST(Reproduce, DryRunListsRunsTasksAndDataAndWritesNothing) {
     EXPECT_NE(m.out.find(s), std::string::npos) << s << "\n" << m.out;
 
   // --measure: a training rate per model and the training time it gives.
-  Result t = run("reproduce --budget tiny --only d --dry-run --measure --json --out " + out.string());
+  Result t = run("reproduce --budget tiny --only d --jobs 2 --dry-run --measure --json --out " + out.string());
   ASSERT_EQ(t.code, 0) << t.err;
   const json md = json::parse(t.out);
   ASSERT_EQ(md["runs"].size(), 2u);
-  double seconds = 0;
+  double seconds = 0, longest = 0;
   for (auto& x : md["runs"]) {
     EXPECT_GT(x["tokens_per_s"].get<double>(), 0) << x.dump();
     EXPECT_NEAR(x["train_seconds"].get<double>(), x["tokens"].get<double>() / x["tokens_per_s"].get<double>(), 1e-6);
     seconds += x["train_seconds"].get<double>();
+    longest = std::max(longest, x["train_seconds"].get<double>());
   }
   EXPECT_NEAR(md["measured"]["train_seconds_left"].get<double>(), seconds, 1e-6 * seconds);
+  // Two runs on two children: the wall time is the longer run's.
+  EXPECT_NEAR(md["measured"]["wall_seconds_left"].get<double>(), longest, 1e-6 * longest);
   EXPECT_FALSE(fs::exists(out));
   expect_error(run("reproduce --budget tiny --measure --out " + out.string()), "--measure requires --dry-run");
 }

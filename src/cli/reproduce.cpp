@@ -39,12 +39,14 @@ void print_dry_run(const json& d) {
   const bool measured = d["measured"].is_object();
   fmt::print("{:<26} {:<12} {:>6} {:>7} {:>9} {:>8} {:>11} {:>11} {:>9}  {}\n", "run", "preset", "window", "steps",
              "tokens", "params", "train FLOP", "text passes", measured ? "tok/s" : "", "on disk");
-  for (auto& r : d["runs"])
+  for (auto& r : d["runs"]) {
+    const long window = r["window"].get<long>();
     fmt::print("{:<26} {:<12} {:>6} {:>7} {:>9} {:>8} {:>11} {:>11.2f} {:>9}  {}\n", r["name"].get<std::string>(),
-               r["preset"].get<std::string>(), r["window"].get<long>() > 0 ? std::to_string(r["window"].get<long>()) : "-",
-               r["steps"].get<long>(), si(r["tokens"].get<double>(), ""), si(r["params"].get<double>(), ""),
+               r["preset"].get<std::string>(), window > 0 ? std::to_string(window) : "-", r["steps"].get<long>(),
+               si(r["tokens"].get<double>(), ""), si(r["params"].get<double>(), ""),
                si(r["train_flops"].get<double>(), ""), r["text_passes"].get<double>(),
                measured ? fmt::format("{:.0f}", r["tokens_per_s"].get<double>()) : "", r["on_disk"].get<std::string>());
+  }
   std::string tasks;
   for (auto& [kind, n] : d["tasks"].items())
     tasks += fmt::format("{}{} {} ({} done)", tasks.empty() ? "" : ", ", n[0].get<int>(), kind, n[1].get<int>());
@@ -56,7 +58,8 @@ void print_dry_run(const json& d) {
     const json& m = d["measured"];
     const double left = m["train_seconds_left"].get<double>();
     fmt::print("measured here ({}, {} kernels; each model alone, {} thread(s)): the training left is {:.1f} job-hours, "
-               "{:.1f} h of wall time at {} job(s) at once (evaluations and probes not counted)\n",
+               "{:.1f} h of wall time with {} job(s) at once taking the runs in order (evaluations and probes not "
+               "counted)\n",
                m["cpu"].get<std::string>(), m["simd"].get<std::string>(), d["threads"].get<int>(), left / 3600,
                m["wall_seconds_left"].get<double>() / 3600, d["jobs"].get<int>());
   }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -332,17 +333,24 @@ double measured_tokens_per_s(const Study& s, const StudyRun& r) {
   return rate;
 }
 
+// Wall time of trainings taking `seconds` each when `slots` children take them in this order, each the next free
+// child (as the task graph starts them); a run alone is not divided among children.
+double list_scheduled_seconds(const std::vector<double>& seconds, int slots) {
+  std::vector<double> busy(static_cast<size_t>(std::max(1, slots)), 0.0);
+  for (double x : seconds) *std::min_element(busy.begin(), busy.end()) += x;
+  return *std::max_element(busy.begin(), busy.end());
+}
+
 // --dry-run: the runs and tasks the study would run, with their size, and what is already on disk; with `measure`,
 // each model's training rate here and the training time it gives.
 json dry_run_summary(const Study& s, bool measure) {
   json runs = json::array();
-  double tokens = 0, flops = 0, train_seconds = 0;
+  double tokens = 0, flops = 0;
+  std::vector<double> train_seconds;  // what is left of each run's training
   std::map<std::string, double> rates;  // model arguments -> tokens/s
   for (auto& r : s.runs) {
     const HybridSpec& h = r.planned.name == "evaluator" ? s.plan.evaluator : s.plan.hybrid(r.hybrid);
-    std::vector<std::string> sets = s.budget.sets;
-    sets.insert(sets.end(), h.sets.begin(), h.sets.end());
-    ModelConfig cfg = resolve_config(h.preset, "", sets);
+    ModelConfig cfg = ModelConfig::from_json(r.planned.model_config, r.planned.name);  // with the run's window
     cfg.vocab_size = s.data.vocab;  // as train sets it from the tokenizer
     const Model m(cfg);
     const double f = m.flops(s.budget.seq_len).train_per_token * r.planned.tokens;
@@ -362,7 +370,7 @@ json dry_run_summary(const Study& s, bool measure) {
       runs.back()["tokens_per_s"] = rates[key];
       runs.back()["train_seconds"] = r.planned.tokens / rates[key];
       const double left = d.has_ckpt ? 1.0 - static_cast<double>(d.step) / static_cast<double>(r.planned.steps) : 1.0;
-      train_seconds += r.planned.tokens * left / rates[key];
+      if (left > 0) train_seconds.push_back(r.planned.tokens * left / rates[key]);
     }
     tokens += r.planned.tokens;
     flops += f;
@@ -375,6 +383,7 @@ json dry_run_summary(const Study& s, bool measure) {
     if (t.done()) kinds[kind][1] = kinds[kind][1].get<int>() + 1;
   }
   const BudgetSpec& b = s.budget;
+  const double train_left = std::accumulate(train_seconds.begin(), train_seconds.end(), 0.0);
   return {{"plan", shown_path(s.plan.file)}, {"name", s.plan.name}, {"budget", b.name}, {"findings", s.findings},
           {"seeds", s.seeds}, {"precision", s.precision}, {"jobs", s.jobs}, {"threads", s.threads},
           {"out", s.out},
@@ -383,8 +392,9 @@ json dry_run_summary(const Study& s, bool measure) {
                     {"longppl_docs_asked", b.longppl_docs}, {"doc_len", b.seq_len}}},
           {"runs", runs}, {"tasks", kinds},
           {"total", {{"runs", s.runs.size()}, {"tasks", s.tasks.size()}, {"tokens", tokens}, {"train_flops", flops}}},
-          {"measured", measure ? json{{"train_seconds_left", train_seconds},
-                                      {"wall_seconds_left", train_seconds / s.jobs}, {"cpu", cpu_model_name()},
+          {"measured", measure ? json{{"train_seconds_left", train_left},
+                                      {"wall_seconds_left", list_scheduled_seconds(train_seconds, s.jobs)},
+                                      {"cpu", cpu_model_name()},
                                       {"simd", simd_target()}}
                                : json()}};
 }
