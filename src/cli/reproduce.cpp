@@ -15,12 +15,12 @@ namespace {
 
 using nlohmann::json;
 
-// 1.23e+18 -> "1.23 EFLOP"; 4.5e9 tokens -> "4.50G".
-std::string si(double x, const char* unit) {
+// 1.23e+18 -> "1.23E"; 4.5e9 -> "4.50G"; 135 -> "135".
+std::string si(double x) {
   const char* prefix[] = {"", "k", "M", "G", "T", "P", "E"};
   int i = 0;
   while (x >= 1000 && i < 6) x /= 1000, ++i;
-  return fmt::format("{:.{}f}{}{}", x, x < 10 ? 2 : x < 100 ? 1 : 0, prefix[i], unit);
+  return fmt::format("{:.{}f}{}", x, x < 10 ? 2 : x < 100 ? 1 : 0, prefix[i]);
 }
 
 void print_dry_run(const json& d) {
@@ -43,8 +43,8 @@ void print_dry_run(const json& d) {
     const long window = r["window"].get<long>();
     fmt::print("{:<26} {:<12} {:>6} {:>7} {:>9} {:>8} {:>11} {:>11.2f} {:>9}  {}\n", r["name"].get<std::string>(),
                r["preset"].get<std::string>(), window > 0 ? std::to_string(window) : "-", r["steps"].get<long>(),
-               si(r["tokens"].get<double>(), ""), si(r["params"].get<double>(), ""),
-               si(r["train_flops"].get<double>(), ""), r["text_passes"].get<double>(),
+               si(r["tokens"].get<double>()), si(r["params"].get<double>()),
+               si(r["train_flops"].get<double>()), r["text_passes"].get<double>(),
                measured ? fmt::format("{:.0f}", r["tokens_per_s"].get<double>()) : "", r["on_disk"].get<std::string>());
   }
   std::string tasks;
@@ -52,7 +52,7 @@ void print_dry_run(const json& d) {
     tasks += fmt::format("{}{} {} ({} done)", tasks.empty() ? "" : ", ", n[0].get<int>(), kind, n[1].get<int>());
   const json& t = d["total"];
   fmt::print("tasks: {}\ntotal: {} runs, {} training tokens, {} FLOP of training; {} tasks\n", tasks,
-             t["runs"].get<int>(), si(t["tokens"].get<double>(), ""), si(t["train_flops"].get<double>(), ""),
+             t["runs"].get<int>(), si(t["tokens"].get<double>()), si(t["train_flops"].get<double>()),
              t["tasks"].get<int>());
   if (measured) {
     const json& m = d["measured"];

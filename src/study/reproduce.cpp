@@ -150,13 +150,13 @@ void add_train_tasks(Study& s) {
     t.log = run_folder::train_log(r->dir).string();
     t.done = [r] {
       const RunOnDisk d = inspect_run(*r);
-      return d.has_ckpt && d.step == r->steps;
+      return d.finished(r->steps);
     };
     t.before = [r] { prepare_run_folder(*r); };
     t.args = [r, sp] { return train_command(*r, *sp, inspect_run(*r).has_ckpt); };
     t.check = [r]() -> std::string {
       const RunOnDisk d = inspect_run(*r);
-      if (d.has_ckpt && d.step == r->steps) return "";
+      if (d.finished(r->steps)) return "";
       return fmt::format("train exited 0 but the newest checkpoint is at step {}, not {}", d.step, r->steps);
     };
     sr.task = s.tasks.size();
@@ -361,7 +361,7 @@ json dry_run_summary(const Study& s, bool measure) {
                     {"seed", r.seed}, {"steps", r.planned.steps}, {"tokens", r.planned.tokens},
                     {"params", m.num_params()}, {"train_flops", f},
                     {"text_passes", r.planned.tokens * text / static_cast<double>(s.data.train_tokens)},
-                    {"on_disk", d.has_ckpt && d.step == r.planned.steps ? "done"
+                    {"on_disk", d.finished(r.planned.steps) ? "done"
                                 : d.has_ckpt                            ? fmt::format("step {}", d.step)
                                                                         : "new"}});
     if (measure) {
@@ -406,7 +406,7 @@ json maybe_json(const std::string& path) { return fs::exists(path) ? read_json_f
 // A run counts only when its training finished (a failed run may have left an evaluation row behind).
 bool trained(const StudyRun& r) {
   const RunOnDisk d = inspect_run(r.planned);
-  return d.has_ckpt && d.step == r.planned.steps;
+  return d.finished(r.planned.steps);
 }
 
 // Final val loss of a finished run, NaN otherwise.

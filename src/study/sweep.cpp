@@ -109,7 +109,7 @@ json sweep_status(const SweepPlan& p) {
   json runs = json::array();
   for (auto& r : p.runs) {
     RunOnDisk d = inspect_run(r);
-    const bool done = d.has_ckpt && d.step == r.steps;
+    const bool done = d.finished(r.steps);
     json e = {{"name", r.name}, {"arch", r.arch}, {"size", r.size}, {"budget", r.budget},
               {"budget_unit", p.budget_unit}, {"steps", r.steps}, {"tokens", r.tokens}, {"dir", r.dir},
               {"status", done ? "done" : "pending"}};

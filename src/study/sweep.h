@@ -17,6 +17,7 @@ namespace hlm::study {
 struct RunOnDisk {
   bool exists = false, has_ckpt = false;
   long step = 0;
+  bool finished(long steps) const { return has_ckpt && step == steps; }  // trained to the planned steps
 };
 RunOnDisk inspect_run(const PlannedRun& r);
 
