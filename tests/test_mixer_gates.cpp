@@ -225,3 +225,72 @@ TEST(MixerGates, NormSiluGateMatchesReferenceAndBackwardMatchesFiniteDifferences
                                            H, K, eps),
                Error);
 }
+
+// Lightning's activations (silu on q | k | v, sigmoid on the gate), the gate and its recompute against double
+// references; the gate's and silu's backwards against central finite differences.
+TEST(MixerGates, LightningGatesMatchReferencesAndBackwardsMatchFiniteDifferences) {
+  const i64 N = 7, F = 19, W4 = 4 * F;
+  auto pre = randn(N * W4, 51, 3.0), o = randn(N * F, 52), w = randn(F, 53), rstd = randn(N, 54);
+  pre[1] = 95.f, pre[2] = -95.f, pre[3 * F] = 95.f, pre[3 * F + 1] = -95.f;  // saturated silu and sigmoid
+  auto act = nan_vec(N * W4);
+  ops::lightning_activate(pre.data(), act.data(), N, F);
+  std::vector<double> want(N * W4);
+  for (i64 n = 0; n < N; ++n)
+    for (i64 i = 0; i < W4; ++i) {
+      const double x = pre[n * W4 + i];
+      want[n * W4 + i] = i < 3 * F ? silu_ref(x) : 1 / (1 + std::exp(-x));
+    }
+  EXPECT_TRUE(close_rel(act, want, 1e-6, "act"));
+
+  // u = (o rstd w) * g, g = the activations' gate columns; the forward's gate_multiply gives the same bits.
+  const float* g = act.data() + 3 * F;
+  auto nrm = nan_vec(N * F), u = nan_vec(N * F);
+  ops::norm_gate_recompute(o.data(), rstd.data(), w.data(), g, W4, nrm.data(), u.data(), N, F);
+  std::vector<double> wn(N * F), wu(N * F);
+  for (i64 n = 0; n < N; ++n)
+    for (i64 i = 0; i < F; ++i) {
+      wn[n * F + i] = double(o[n * F + i]) * rstd[n] * w[i];
+      wu[n * F + i] = wn[n * F + i] * g[n * W4 + i];
+    }
+  EXPECT_TRUE(close_rel(nrm, wn, 1e-6, "nrm"));
+  EXPECT_TRUE(close_rel(u, wu, 1e-6, "u"));
+  auto u2 = nrm;
+  ops::gate_multiply(u2.data(), g, W4, N, F);
+  EXPECT_EQ(u2, u);
+
+  // Backward of u = nrm sigmoid(z) in nrm and z, and of silu(x) in x.
+  std::vector<double> nd = to_double(nrm), zd(N * F), xd(N * F);
+  for (i64 n = 0; n < N; ++n)
+    for (i64 i = 0; i < F; ++i) zd[n * F + i] = pre[n * W4 + 3 * F + i], xd[n * F + i] = pre[n * W4 + i];
+  const auto du0 = randn(N * F, 55);
+  auto du = du0, dgate = nan_vec(N * W4);
+  ops::sigmoid_gate_backward(nrm.data(), g, W4, du.data(), dgate.data() + 3 * F, W4, N, F);
+  auto gate_loss = [&]() {
+    double l = 0;
+    for (i64 r = 0; r < N * F; ++r) l += du0[r] * nd[r] / (1 + std::exp(-zd[r]));
+    return l;
+  };
+  std::vector<double> fn, fz;
+  for (i64 r = 0; r < N * F; ++r) {
+    fn.push_back(fd_grad(nd, r, gate_loss, 1e-5));
+    fz.push_back(fd_grad(zd, r, gate_loss, 1e-5));
+  }
+  EXPECT_TRUE(close_rel(du, fn, 1e-5, "d nrm"));
+  EXPECT_TRUE(close_rel(rows(dgate, N, F, W4, 3 * F), fz, 1e-5, "d gate"));
+
+  const auto dq0 = randn(N * W4, 56);
+  auto dq = dq0;
+  ops::silu_backward_inplace(pre.data(), dq.data(), W4, N, F);
+  auto silu_loss = [&]() {
+    double l = 0;
+    for (i64 n = 0; n < N; ++n)
+      for (i64 i = 0; i < F; ++i) l += dq0[n * W4 + i] * silu_ref(xd[n * F + i]);
+    return l;
+  };
+  std::vector<double> fx;
+  for (i64 r = 0; r < N * F; ++r) fx.push_back(fd_grad(xd, r, silu_loss, 1e-5));
+  EXPECT_TRUE(close_rel(rows(dq, N, F, W4), fx, 1e-5, "d silu"));
+  for (i64 n = 0; n < N; ++n)
+    for (i64 i = F; i < W4; ++i) ASSERT_EQ(dq[n * W4 + i], dq0[n * W4 + i]) << "past the F columns: " << n << ", " << i;
+  EXPECT_THROW(ops::gate_multiply(u2.data(), g, F - 1, N, F), Error);
+}

@@ -1,10 +1,13 @@
 // The scans' dispatched vector pieces (ops/scan_simd.h) against plain double references: the vector exp against
-// std::exp, and the forward substitution T = (I + M)^-1 against the same recurrence in double. The ctest entry
+// std::exp, the forward substitution T = (I + M)^-1 against the same recurrence in double, and the row and band
+// operations (float and double) against plain double loops. The ctest entry
 // simd_fallback_kernels runs them again on the portable target.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/rng.h"
@@ -75,5 +78,168 @@ TEST(ScanSimd, UnitLowerInverseMatchesPlainForwardSubstitution) {
       EXPECT_EQ(Tf[i * C + i], 1.f);
       for (i64 j = i + 1; j < C; ++j) ASSERT_EQ(Tf[i * C + j], 0.f) << "T[" << i << ", " << j << "]";
     }
+  }
+}
+
+// ---- the row operations of the chunked scans, float and double, against plain double loops ----------------
+// Sizes cover whole vectors and masked tails (1, 7, 17, 40 columns), row strides wider than the rows (the padding
+// between rows must stay untouched), and in-place use where the header allows it.
+
+namespace {
+
+template <typename T>
+std::vector<T> uniform_vec(size_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(r.uniform(-1, 1));
+  return v;
+}
+
+template <typename T>
+double row_op_tol(double depth) {
+  return std::is_same_v<T, float> ? fp32_tol(depth) : 64 * 0x1p-53 * std::sqrt(depth);
+}
+
+template <typename T>
+void check_row_ops(i64 m, i64 n) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "float" : "double") << " m = " << m
+                                    << " n = " << n);
+  const i64 ld = n + 3;  // padding between rows
+  const T pad = T(7);
+  const auto x = uniform_vec<T>(m * ld, 1 + m), s = uniform_vec<T>(m, 2 + n);
+  const auto y0 = uniform_vec<T>(m * ld, 3 + m * n);
+  auto dd = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
+  // axpy over the whole buffer
+  {
+    std::vector<T> y = y0;
+    y.push_back(pad);
+    axpy(T(0.75), x.data(), y.data(), m * ld);
+    std::vector<double> want = dd(y0);
+    for (i64 i = 0; i < m * ld; ++i) want[i] += 0.75 * double(x[i]);
+    EXPECT_EQ(y.back(), pad);
+    y.pop_back();
+    EXPECT_TRUE(close_rel(dd(y), want, row_op_tol<T>(2), "axpy"));
+    std::vector<T> z = y0;
+    z.push_back(pad);
+    mul_inplace(z.data(), x.data(), m * ld);
+    EXPECT_EQ(z.back(), pad);
+    z.pop_back();
+    for (i64 i = 0; i < m * ld; ++i) want[i] = double(y0[i]) * double(x[i]);
+    EXPECT_TRUE(close_rel(dd(z), want, row_op_tol<T>(1), "mul_inplace"));
+  }
+  // scale_rows (with and without per-row scales, and in place) and axpy_rows, on strided rows
+  for (int variant = 0; variant < 4; ++variant) {
+    std::vector<T> dst(m * ld, pad);
+    std::vector<double> want(m * ld, double(pad));
+    if (variant == 0) scale_rows(T(0.5), s.data(), x.data(), ld, dst.data(), ld, m, n);
+    if (variant == 1) scale_rows(T(0.5), static_cast<const T*>(nullptr), x.data(), ld, dst.data(), ld, m, n);
+    if (variant == 2) {
+      dst = x;
+      scale_rows(T(1), s.data(), dst.data(), ld, dst.data(), ld, m, n);
+      want = dd(x);
+    }
+    if (variant == 3) {
+      dst = y0;
+      axpy_rows(s.data(), x.data(), ld, dst.data(), ld, m, n);
+      want = dd(y0);
+    }
+    for (i64 r = 0; r < m; ++r)
+      for (i64 j = 0; j < n; ++j) {
+        const double sc = variant == 0 ? 0.5 * double(s[r]) : variant == 1 ? 0.5 : double(s[r]);
+        const double v = double(x[r * ld + j]) * sc;
+        want[r * ld + j] = variant == 3 ? want[r * ld + j] + v : v;
+      }
+    const std::string what = "scale_rows / axpy_rows variant " + std::to_string(variant);
+    EXPECT_TRUE(close_rel(dd(dst), want, row_op_tol<T>(2), what));
+    for (i64 r = 0; r < m; ++r)
+      for (i64 j = n; j < ld; ++j) ASSERT_EQ(double(dst[r * ld + j]), want[r * ld + j]) << "padding " << r << ", " << j;
+  }
+}
+
+// The band kernels on [L, L] blocks with row stride ld.
+template <typename T>
+void check_band_ops(i64 L) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "float" : "double") << " L = " << L);
+  const i64 ld = L + 5;
+  const auto a = uniform_vec<T>(L * ld, 10 + L), b = uniform_vec<T>(L * ld, 11 + L), c = uniform_vec<T>(L * ld, 12);
+  const auto bt = uniform_vec<T>(L, 13), z0 = uniform_vec<T>(L * ld, 14);
+  auto dd = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
+  // lower_product, out of place and in place
+  for (bool inplace : {false, true}) {
+    std::vector<T> out = inplace ? a : std::vector<T>(L * ld, T(7));
+    lower_product(inplace ? out.data() : a.data(), b.data(), out.data(), L, ld);
+    std::vector<double> want = dd(inplace ? a : std::vector<T>(L * ld, T(7)));
+    for (i64 i = 0; i < L; ++i)
+      for (i64 j = 0; j < L; ++j) want[i * ld + j] = j <= i ? double(a[i * ld + j]) * double(b[i * ld + j]) : 0.0;
+    EXPECT_TRUE(close_rel(dd(out), want, row_op_tol<T>(1), inplace ? "lower_product in place" : "lower_product"));
+    for (i64 i = 0; i < L; ++i)
+      for (i64 j = i + 1; j < ld; ++j) ASSERT_EQ(double(out[i * ld + j]), want[i * ld + j]) << i << ", " << j;
+  }
+  // decay_band_grads: rows of n = L with no padding (the scan's blocks are [n, n])
+  {
+    std::vector<T> dPG = z0, cs(L, T(9));
+    std::vector<double> dgam(L, 0.5), want_dpg = dd(z0), want_dgam(L, 0.5), cs_ref(L, 0.0);
+    decay_band_grads(a.data(), b.data(), c.data(), dPG.data(), cs.data(), dgam.data(), L);
+    for (i64 i = 0; i < L; ++i) {
+      double rs = 0;
+      for (i64 j = 0; j < i; ++j) {
+        const double x = double(a[i * L + j]) * double(b[i * L + j]);
+        want_dpg[i * L + j] += x;
+        rs += x * double(c[i * L + j]);
+        cs_ref[j] += x * double(c[i * L + j]);
+      }
+      want_dpg[i * L + i] += double(a[i * L + i]);
+      want_dgam[i] += rs;
+    }
+    for (i64 i = 0; i < L; ++i) want_dgam[i] -= cs_ref[i];
+    EXPECT_TRUE(close_rel(dd(dPG), want_dpg, row_op_tol<T>(2), "decay_band_grads dPG"));
+    EXPECT_TRUE(close_rel(dgam, want_dgam, row_op_tol<T>(2 * L + 2), "decay_band_grads dgam"));
+    for (i64 i = L * L; i < L * ld; ++i) ASSERT_EQ(dPG[i], z0[i]) << "past the block at " << i;
+  }
+  // delta_a0_grads and lower_row_minus_col_sums
+  {
+    std::vector<T> Z = z0, B(L * ld, T(7)), dbt(L, T(9));
+    delta_a0_grads(a.data(), b.data(), c.data(), bt.data(), Z.data(), B.data(), dbt.data(), L, ld);
+    std::vector<double> wz = dd(z0), wb(L * ld, 7.0), wdbt(L, 0.0);
+    for (i64 i = 0; i < L; ++i) {
+      for (i64 j = 0; j < i; ++j) {
+        const double da0 = double(a[i * ld + j]) * double(b[i * ld + j]);
+        wdbt[i] += da0 * double(c[i * ld + j]);
+        wz[i * ld + j] += da0 * double(bt[i]) * double(c[i * ld + j]);
+        wb[i * ld + j] = double(bt[i]) * da0;
+      }
+      wb[i * ld + i] = 0;
+    }
+    EXPECT_TRUE(close_rel(dd(Z), wz, row_op_tol<T>(3), "delta_a0_grads Z"));
+    EXPECT_TRUE(close_rel(dd(B), wb, row_op_tol<T>(2), "delta_a0_grads B"));
+    if (L > 1) {
+      EXPECT_TRUE(close_rel(dd(dbt), wdbt, row_op_tol<T>(L + 1), "delta_a0_grads dbt"));
+    }
+    EXPECT_EQ(double(dbt[0]), 0.0);
+    for (i64 i = 0; i < L; ++i)
+      for (i64 j = i + 1; j < ld; ++j) ASSERT_EQ(B[i * ld + j], T(7)) << "B right of the diagonal " << i << ", " << j;
+    std::vector<T> dgam = bt;
+    lower_row_minus_col_sums(a.data(), dgam.data(), L, ld);
+    std::vector<double> wg = dd(bt);
+    for (i64 i = 0; i < L; ++i)
+      for (i64 j = 0; j < i; ++j) wg[j] -= double(a[i * ld + j]), wg[i] += double(a[i * ld + j]);
+    EXPECT_TRUE(close_rel(dd(dgam), wg, row_op_tol<T>(2 * L), "lower_row_minus_col_sums"));
+  }
+}
+
+}  // namespace
+
+TEST(ScanSimd, RowOperationsMatchPlainLoops) {
+  for (i64 m : {1, 3})
+    for (i64 n : {1, 7, 16, 17, 40}) {
+      check_row_ops<float>(m, n);
+      check_row_ops<double>(m, n);
+    }
+}
+
+TEST(ScanSimd, BandOperationsMatchPlainLoops) {
+  for (i64 L : {1, 2, 9, 16, 33, 64}) {
+    check_band_ops<float>(L);
+    check_band_ops<double>(L);
   }
 }

@@ -6,9 +6,8 @@
 
 #include "core/arena_count.h"
 #include "core/error.h"
-#include "core/parallel.h"
-#include "ops/fast_exp.h"
 #include "ops/matmul.h"
+#include "ops/mixer_gates.h"
 #include "ops/rmsnorm.h"
 
 namespace hlm {
@@ -20,14 +19,6 @@ struct LightningState final : MixerState {
   std::vector<float> S;  // [B, H, hd, hd]
   i64 bytes() const override { return static_cast<i64>(S.size() * sizeof(float)); }
 };
-
-// Activations of one row of the fused projection: silu on q|k|v (3*HK), sigmoid on the gate (HK).
-void activate_row(const float* pre, float* act, i64 HK) {
-#pragma omp simd
-  for (i64 i = 0; i < 3 * HK; ++i) act[i] = pre[i] / (1.f + ops::fast_exp(-pre[i]));
-#pragma omp simd
-  for (i64 i = 3 * HK; i < 4 * HK; ++i) act[i] = 1.f / (1.f + ops::fast_exp(-pre[i]));
-}
 
 }  // namespace
 
@@ -141,9 +132,7 @@ void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* 
   const i64 N = B * T, HK = this->HK(), W4 = 4 * HK;
   const Saved& s = saved_ = b.saved;
   ops::linear_forward(x, P(off_w_), s.pre, N, D_, W4);  // [N, 4 HK]: q | k | v | gate
-  parallel_for(N, [&](i64 lo, i64 hi) {
-    for (i64 n = lo; n < hi; ++n) activate_row(s.pre + n * W4, s.act + n * W4, HK);
-  }, 16);
+  ops::lightning_activate(s.pre, s.act, N, HK);  // silu on q | k | v, sigmoid on the gate
   for (i64 n = 0; n < N; ++n)
     for (i64 h = 0; h < H_; ++h) s.g[n * H_ + h] = static_cast<float>(-slopes_[h]);  // [N, H]
   ds_ = doc_start;
@@ -151,14 +140,7 @@ void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* 
   ops::scalar_decay_chunked_forward(a, s.o, fin, s.states);  // o: [N, H, hd]
   float* u = b.u;  // RMSNorm(o) * sigmoid(gate), [N, HK]
   ops::rmsnorm_forward(s.o, P(off_norm_), u, s.rstd, N, HK, kNormEps);
-  parallel_for(N, [&](i64 lo, i64 hi) {
-    for (i64 n = lo; n < hi; ++n) {
-      float* ur = u + n * HK;
-      const float* sg = s.act + n * W4 + 3 * HK;
-#pragma omp simd
-      for (i64 i = 0; i < HK; ++i) ur[i] *= sg[i];
-    }
-  }, 16);
+  ops::gate_multiply(u, s.act + 3 * HK, W4, N, HK);
   ops::linear_forward(u, P(off_wo_), y, N, HK, D_);
   arena.release_to(b.temp_mark);
 }
@@ -177,36 +159,10 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
   const BackwardBuffers bb = backward_buffers(arena, B, T);
   float *nrm = bb.nrm, *u = bb.u, *du = bb.du, *dpre = bb.dpre;
   // Recompute u = RMSNorm(o) w * sigmoid(gate) for the o_proj weight gradient.
-  parallel_for(N, [&](i64 b, i64 e) {
-    const float* w = P(off_norm_);
-    for (i64 n = b; n < e; ++n) {
-      const float r = sv.rstd[n];
-      const float* orow = sv.o + n * HK;
-      const float* sg = sv.act + n * W4 + 3 * HK;
-      float* nr = nrm + n * HK;
-      float* ur = u + n * HK;
-#pragma omp simd
-      for (i64 i = 0; i < HK; ++i) {
-        nr[i] = orow[i] * r * w[i];
-        ur[i] = nr[i] * sg[i];
-      }
-    }
-  }, 16);
+  ops::norm_gate_recompute(sv.o, sv.rstd, P(off_norm_), sv.act + 3 * HK, W4, nrm, u, N, HK);
   ops::linear_backward(u, P(off_wo_), dy, du, G(off_wo_), N, HK, D_);
   // u = n * sg:  d gate_pre = du n sg (1 - sg);  d n = du sg.
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) {
-      const float* sg = sv.act + n * W4 + 3 * HK;
-      const float* nr = nrm + n * HK;
-      float* dur = du + n * HK;
-      float* dgate = dpre + n * W4 + 3 * HK;
-#pragma omp simd
-      for (i64 i = 0; i < HK; ++i) {
-        dgate[i] = dur[i] * nr[i] * sg[i] * (1.f - sg[i]);
-        dur[i] *= sg[i];
-      }
-    }
-  }, 16);
+  ops::sigmoid_gate_backward(nrm, sv.act + 3 * HK, W4, du, dpre + 3 * HK, W4, N, HK);
   float* d_o = nrm;  // the normalised o is no longer needed
   ops::rmsnorm_backward(sv.o, P(off_norm_), sv.rstd, du, d_o, G(off_norm_), N, HK);
   const ops::ScalarDecayArgs<float> a = scan_args(sv.act, sv.g, B, T, ds_, nullptr);
@@ -214,17 +170,7 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
   ops::scalar_decay_chunked_backward(a, sv.states, d_o, nullptr,
                                      {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = bb.dg}, bb.ws);
   // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
-  parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) {
-      const float* pr = sv.pre + n * W4;
-      float* dr = dpre + n * W4;
-#pragma omp simd
-      for (i64 i = 0; i < 3 * HK; ++i) {
-        const float s = 1.f / (1.f + ops::fast_exp(-pr[i]));
-        dr[i] *= s * (1.f + pr[i] * (1.f - s));
-      }
-    }
-  }, 16);
+  ops::silu_backward_inplace(sv.pre, dpre, W4, N, 3 * HK);
   ops::linear_backward(x, P(off_w_), dpre, dx, G(off_w_), N, D_, W4);
   arena.release_to(mark);
 }
@@ -244,13 +190,12 @@ void LightningMixer::step(const float* x, float* y, MixerState& state, i64 B) {
   std::vector<float> pre(static_cast<size_t>(B * W4)), act(pre.size()), g(static_cast<size_t>(B * H_)),
       o(static_cast<size_t>(B * HK)), rstd(static_cast<size_t>(B));
   ops::linear_forward(x, P(off_w_), pre.data(), B, D_, W4);
-  for (i64 b = 0; b < B; ++b) activate_row(pre.data() + b * W4, act.data() + b * W4, HK);
+  ops::lightning_activate(pre.data(), act.data(), B, HK);
   for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < H_; ++h) g[b * H_ + h] = static_cast<float>(-slopes_[h]);
   ops::scalar_decay_step(scan_args(act.data(), g.data(), B, 1, nullptr, nullptr), st.S.data(), o.data());
   ops::rmsnorm_forward(o.data(), P(off_norm_), o.data(), rstd.data(), B, HK, kNormEps);
-  for (i64 b = 0; b < B; ++b)
-    for (i64 i = 0; i < HK; ++i) o[b * HK + i] *= act[b * W4 + 3 * HK + i];
+  ops::gate_multiply(o.data(), act.data() + 3 * HK, W4, B, HK);
   ops::linear_forward(o.data(), P(off_wo_), y, B, HK, D_);
   st.pos++;
 }

@@ -227,20 +227,23 @@ struct ChunkWork {
     }
     const double gL = gam[L - 1];
     for (i64 i = 0; i < L; ++i) {
-      e[i] = std::exp(F(gam[i]));
-      f[i] = std::exp(F(gL - gam[i]));
+      e[i] = F(gam[i]);
+      f[i] = F(gL - gam[i]);
     }
+    exp_inplace(e, L);
+    exp_inplace(f, L);
     eL = e[L - 1];
     // Gamma_ij = exp(gamma_i - gamma_j) for i >= j only (the exponent is then <= 0). Inside 16x16 diagonal
     // blocks directly; left of a block starting at p as exp(gamma_i - gamma_p) exp(gamma_p - gamma_j), two
     // factors <= 1, which needs 3x fewer exps.
     for (i64 pb = 0; pb < L; pb += 16) {
-      for (i64 j = 0; j < pb; ++j) wexp[j] = std::exp(F(gam[pb] - gam[j]));
+      for (i64 j = 0; j < pb; ++j) wexp[j] = F(gam[pb] - gam[j]);
+      exp_inplace(wexp, pb);
       for (i64 i = pb; i < std::min(L, pb + 16); ++i) {
         F* Gi = Gam + i * C;
-        const F u = std::exp(F(gam[i] - gam[pb]));
-        for (i64 j = 0; j < pb; ++j) Gi[j] = u * wexp[j];
-        for (i64 j = pb; j <= i; ++j) Gi[j] = std::exp(F(gam[i] - gam[j]));
+        scale_rows(std::exp(F(gam[i] - gam[pb])), static_cast<const F*>(nullptr), wexp, 0, Gi, 0, 1, pb);
+        for (i64 j = pb; j <= i; ++j) Gi[j] = F(gam[i] - gam[j]);
+        exp_inplace(Gi + pb, i - pb + 1);
       }
     }
     gemm(false, true, L, L, K, 1, s.k, s.ks, s.k, s.ks, 0, A, C);
@@ -248,15 +251,9 @@ struct ChunkWork {
     // Forward substitution, row by row: T_i = e_i - sum_{m<i} M_im T_m with M_im = beta_i A_im Gamma_im
     // (rows are padded to a multiple of 16 with zeros).
     unit_lower_inverse(A, Gam, bt, Tm, L, C);
-    for (i64 i = 0; i < L; ++i) {
-      const F* ki = s.k + i * s.ks;
-      const F* vi = s.v + i * s.vs;
-      const F cx = bt[i] * e[i];
-      F* Xi = X + i * K;
-      F* Yi = Y + i * V;
-      for (i64 p = 0; p < K; ++p) Xi[p] = cx * ki[p];
-      for (i64 p = 0; p < V; ++p) Yi[p] = bt[i] * vi[p];
-    }
+    for (i64 i = 0; i < L; ++i) wexp[i] = bt[i] * e[i];  // wexp is free again once Gamma is built
+    scale_rows(F(1), wexp, s.k, s.ks, X, K, L, K);
+    scale_rows(F(1), bt, s.v, s.vs, Y, V, L, V);
     gemm(false, false, L, K, L, 1, Tm, C, X, K, 0, W, K);
     gemm(false, false, L, V, L, 1, Tm, C, Y, V, 0, Vn, V);
     if (S) gemm(false, false, L, V, K, -1, W, K, S, V, 1, Vn, V);
@@ -264,11 +261,7 @@ struct ChunkWork {
 
   // Kf = diag(e^{gamma_L - gamma}) K
   void make_kf(const Seg<F>& s) {
-    for (i64 i = 0; i < s.L; ++i) {
-      const F* ki = s.k + i * s.ks;
-      F* o = Kf + i * K;
-      for (i64 p = 0; p < K; ++p) o[p] = f[i] * ki[p];
-    }
+    scale_rows(F(1), f, s.k, s.ks, Kf, K, s.L, K);
   }
 
   // S <- e^{gamma_L} S + Kf^T V' (after prepare). zero: S is known to be zero (its contents are ignored).
@@ -282,17 +275,11 @@ struct ChunkWork {
     const i64 L = s.L;
     if (S) {
       gemm(false, false, L, V, K, 1, s.q, s.qs, S, V, 0, O, ldo);
-      for (i64 i = 0; i < L; ++i)
-        for (i64 j = 0; j < V; ++j) O[i * ldo + j] *= e[i];
+      scale_rows(F(1), e, O, ldo, O, ldo, L, V);
     } else {
       for (i64 i = 0; i < L; ++i) std::fill(O + i * ldo, O + i * ldo + V, F(0));
     }
-    for (i64 i = 0; i < L; ++i) {
-      F* Pi = QK + i * C;
-      const F* Gi = Gam + i * C;
-      for (i64 j = 0; j <= i; ++j) Pi[j] *= Gi[j];
-      for (i64 j = i + 1; j < L; ++j) Pi[j] = 0;
-    }
+    lower_product(QK, Gam, QK, L, C);
     gemm(false, false, L, V, L, 1, QK, C, Vn, V, 1, O, ldo);
   }
 
@@ -303,41 +290,23 @@ struct ChunkWork {
                 F* dbeta) {
     const i64 L = s.L;
     // 1. P = QK o Gamma (in tmp);  dV' = P^T dO + Kf dS_out;  dP = dO V'^T, masked and times Gamma.
-    for (i64 i = 0; i < L; ++i) {
-      F* Pi = tmp + i * C;
-      const F* Qi = QK + i * C;
-      const F* Gi = Gam + i * C;
-      for (i64 j = 0; j <= i; ++j) Pi[j] = Qi[j] * Gi[j];
-      for (i64 j = i + 1; j < L; ++j) Pi[j] = 0;
-    }
+    lower_product(QK, Gam, tmp, L, C);
     gemm(true, false, L, V, L, 1, tmp, C, dO, ldo, 0, dVn, V);
     make_kf(s);
     gemm(false, false, L, V, K, 1, Kf, K, dS, V, 1, dVn, V);
     gemm(false, true, L, L, V, 1, dO, ldo, Vn, V, 0, dP, C);
     // Z_ij = dGamma_ij Gamma_ij (strictly lower; the diagonal cancels in d gamma), collected for step 8.
-    for (i64 i = 0; i < L; ++i) {
-      F* dPi = dP + i * C;
-      F* Zi = Z + i * C;
-      const F* Gi = Gam + i * C;
-      const F* Qi = QK + i * C;
-      for (i64 j = 0; j <= i; ++j) {
-        dPi[j] *= Gi[j];
-        Zi[j] = dPi[j] * Qi[j];
-      }
-      Zi[i] = 0;
-      for (i64 j = i + 1; j < L; ++j) dPi[j] = 0;
-    }
+    lower_product(dP, Gam, dP, L, C);
+    lower_product(dP, QK, Z, L, C);
+    for (i64 i = 0; i < L; ++i) Z[i * C + i] = 0;
     // 2. dQ = diag(e) dO S^T + dP~ K;  dK = dP~^T Q + diag(f) V' dS_out^T;  de, df, de_L.
     const i64 ldq = s.qs, ldk = s.ks;
     // de_i = dO_i . (Q S)_i = Q_i . (dO S^T)_i, so the dO S^T of dQ serves both.
     F deL = 0;
     if (S) {
       gemm(false, true, L, K, V, 1, dO, ldo, S, V, 0, dq, ldq);
-      for (i64 i = 0; i < L; ++i) {
-        F* dqi = dq + i * ldq;
-        de[i] = dot(s.q + i * s.qs, dqi, K);
-        for (i64 p = 0; p < K; ++p) dqi[p] *= e[i];
-      }
+      for (i64 i = 0; i < L; ++i) de[i] = dot(s.q + i * s.qs, dq + i * ldq, K);
+      scale_rows(F(1), e, dq, ldq, dq, ldq, L, K);
       deL = dot(dS, S, K * V);
     } else {
       std::fill(de, de + L, F(0));
@@ -346,19 +315,11 @@ struct ChunkWork {
     gemm(false, false, L, K, L, 1, dP, C, s.k, s.ks, 1, dq, ldq);
     gemm(true, false, L, K, L, 1, dP, C, s.q, s.qs, 0, dk, ldk);
     gemm(false, true, L, K, V, 1, Vn, V, dS, V, 0, Vd, K);
-    for (i64 i = 0; i < L; ++i) {
-      const F* Vdi = Vd + i * K;
-      df[i] = dot(s.k + i * s.ks, Vdi, K);
-      F* dki = dk + i * ldk;
-      for (i64 p = 0; p < K; ++p) dki[p] += f[i] * Vdi[p];
-    }
+    for (i64 i = 0; i < L; ++i) df[i] = dot(s.k + i * s.ks, Vd + i * K, K);
+    axpy_rows(f, Vd, K, dk, ldk, L, K);
     // 3. dS_in = Q^T diag(e) dO + e_L dS_out - W^T dV'  (Kf is free again: it holds diag(e) Q).
     if (need_dS_in) {
-      for (i64 i = 0; i < L; ++i) {
-        const F* qi = s.q + i * s.qs;
-        F* o = Kf + i * K;
-        for (i64 p = 0; p < K; ++p) o[p] = e[i] * qi[p];
-      }
+      scale_rows(F(1), e, s.q, s.qs, Kf, K, L, K);
       gemm(true, false, K, V, L, 1, Kf, K, dO, ldo, eL, dS, V);
       gemm(true, false, K, V, L, -1, W, K, dVn, V, 1, dS, V);
     }
@@ -375,56 +336,27 @@ struct ChunkWork {
     gemm(true, false, L, L, L, -1, Tm, C, tmp, C, 0, dT, C);
     // 6. dA0 = dM o Gamma with A0 = diag(beta) K K^T: dK += (B + B^T) K with B = diag(beta) dA0;
     //    dbeta_i += sum_j dA0_ij A_ij;  Z += dA0 o A0.
-    std::fill(dbt, dbt + L, F(0));
-    for (i64 i = 0; i < L; ++i) {
-      const F* dMi = dT + i * C;
-      const F* Gi = Gam + i * C;
-      const F* Ai = A + i * C;
-      F* Zi = Z + i * C;
-      F* Bi = tmp + i * C;
-      F db = 0;
-      for (i64 j = 0; j < i; ++j) {
-        const F dA0 = dMi[j] * Gi[j];
-        db += dA0 * Ai[j];
-        Zi[j] += dA0 * bt[i] * Ai[j];
-        Bi[j] = bt[i] * dA0;
-      }
-      dbt[i] = db;
-      Bi[i] = 0;
-    }
+    delta_a0_grads(dT, Gam, A, bt, Z, tmp, dbt, L, C);
     for (i64 i = 0; i < L; ++i)
       for (i64 j = i + 1; j < L; ++j) tmp[i * C + j] = tmp[j * C + i];
     gemm(false, false, L, K, L, 1, tmp, C, s.k, s.ks, 1, dk, ldk);
     // 7. X = diag(beta e) K and Y = diag(beta) V.
     for (i64 i = 0; i < L; ++i) {
-      const F* ki = s.k + i * s.ks;
-      F* dki = dk + i * ldk;
       if (S) {
-        const F* dXi = dX + i * K;
-        const F r = dot(dXi, ki, K);
-        const F c = bt[i] * e[i];
-        for (i64 p = 0; p < K; ++p) dki[p] += c * dXi[p];
+        const F r = dot(dX + i * K, s.k + i * s.ks, K);
+        wexp[i] = bt[i] * e[i];  // the row scales of X (wexp is free after prepare)
         dbt[i] += e[i] * r;
         de[i] += bt[i] * r;
       }
-      const F* dYi = dY + i * V;
-      F* dvi = dv + i * s.vs;
-      for (i64 p = 0; p < V; ++p) dvi[p] = bt[i] * dYi[p];
-      dbt[i] += dot(dYi, s.v + i * s.vs, V);
+      dbt[i] += dot(dY + i * V, s.v + i * s.vs, V);
     }
+    if (S) axpy_rows(wexp, dX, K, dk, ldk, L, K);
+    scale_rows(F(1), bt, dY, V, dv, s.vs, L, V);
     // 8. d gamma: Gamma_ij = exp(gamma_i - gamma_j), e, e_L, f = exp(gamma_L - gamma).
     // f_{L-1} = 1 enters with + and - and would cancel in rounding; leave it out of both (exact, and it keeps
     // dg accurate when all decays are tiny).
     for (i64 i = 0; i < L; ++i) dgam[i] = de[i] * e[i] - (i + 1 < L ? df[i] * f[i] : F(0));
-    for (i64 i = 0; i < L; ++i) {
-      const F* Zi = Z + i * C;
-      F rs = 0;
-      for (i64 j = 0; j < i; ++j) {
-        rs += Zi[j];
-        dgam[j] -= Zi[j];
-      }
-      dgam[i] += rs;
-    }
+    lower_row_minus_col_sums(Z, dgam, L, C);
     F sf = 0;
     for (i64 i = 0; i + 1 < L; ++i) sf += df[i] * f[i];
     dgam[L - 1] += deL * eL + sf;

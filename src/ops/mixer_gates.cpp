@@ -35,6 +35,12 @@ HWY_INLINE VF softplus(DF d, VF z) {
 // silu(z) = z sigmoid(z).
 HWY_INLINE VF silu(DF d, VF z) { return hn::Mul(z, logistic(d, z)); }
 
+// silu'(z) = s (1 + z (1 - s)) with s = sigmoid(z).
+HWY_INLINE VF silu_grad(DF d, VF z, VF s) {
+  const VF one = hn::Set(d, 1.f);
+  return hn::Mul(s, hn::MulAdd(z, hn::Sub(one, s), one));
+}
+
 // dst[i] = a * src[i] for i < n.
 HWY_INLINE void scale_row(DF d, float a, const float* src, float* dst, i64 n) {
   const VF av = hn::Set(d, a);
@@ -113,7 +119,6 @@ void silu_gate_backward_impl(const float* y, const float* z, i64 z_stride, const
                              i64 dz_stride, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
-    const VF one = hn::Set(d, 1.f);
     for (i64 n = b; n < e; ++n) {
       const float* yr = y + n * F;
       const float* zr = z + n * z_stride;
@@ -124,9 +129,7 @@ void silu_gate_backward_impl(const float* y, const float* z, i64 z_stride, const
         const VF zv = load_part(d, zr + i, c), gv = load_part(d, dor + i, c);
         const VF s = logistic(d, zv);
         store_part(d, hn::Mul(gv, hn::Mul(zv, s)), dyr + i, c);
-        // silu'(z) = s (1 + z (1 - s))
-        const VF dsilu = hn::Mul(s, hn::MulAdd(zv, hn::Sub(one, s), one));
-        store_part(d, hn::Mul(hn::Mul(gv, load_part(d, yr + i, c)), dsilu), dzr + i, c);
+        store_part(d, hn::Mul(hn::Mul(gv, load_part(d, yr + i, c)), silu_grad(d, zv, s)), dzr + i, c);
       });
     }
   }, 16);
@@ -212,7 +215,6 @@ void norm_silu_gate_backward_impl(const float* o, const float* gp, i64 gp_stride
   std::vector<float> part(static_cast<size_t>(nchunks * K), 0.f);  // [nchunks, K]
   parallel_for_each(nchunks, [&](i64 ch) {
     const DF d;
-    const VF one = hn::Set(d, 1.f);
     const i64 lo = N * ch / nchunks, hi = N * (ch + 1) / nchunks;
     float* pw = part.data() + ch * K;
     for (i64 n = lo; n < hi; ++n)
@@ -229,7 +231,7 @@ void norm_silu_gate_backward_impl(const float* o, const float* gp, i64 gp_stride
           const VF s = logistic(d, gv);
           const VF xh = hn::Mul(load_part(d, orow + i, c), rv);
           const VF don = hn::Mul(dzv, hn::Mul(gv, s));
-          const VF dsilu = hn::Mul(s, hn::MulAdd(gv, hn::Sub(one, s), one));
+          const VF dsilu = silu_grad(d, gv, s);
           store_part(d, hn::Mul(hn::Mul(dzv, hn::Mul(xh, wv)), dsilu), dgr + i, c);
           store_part(d, hn::MulAdd(don, xh, load_part(d, pw + i, c)), pw + i, c);
           const VF donw = hn::Mul(don, wv);
@@ -248,6 +250,88 @@ void norm_silu_gate_backward_impl(const float* o, const float* gp, i64 gp_stride
   add_rows_in_order(DF(), part.data(), nchunks, K, dw);
 }
 
+// ---- Lightning --------------------------------------------------------------------------------------------------
+
+void lightning_activate_impl(const float* pre, float* act, i64 N, i64 F) {
+  parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
+    for (i64 n = b; n < e; ++n) {
+      const float* pr = pre + n * 4 * F;
+      float* ar = act + n * 4 * F;
+      for_each_vector(d, 3 * F, [&](i64 i, size_t c) { store_part(d, silu(d, load_part(d, pr + i, c)), ar + i, c); });
+      for_each_vector(d, F, [&](i64 i, size_t c) {
+        store_part(d, logistic(d, load_part(d, pr + 3 * F + i, c)), ar + 3 * F + i, c);
+      });
+    }
+  }, 16);
+}
+
+void gate_multiply_impl(float* u, const float* g, i64 g_stride, i64 N, i64 F) {
+  parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
+    for (i64 n = b; n < e; ++n) {
+      float* ur = u + n * F;
+      const float* gr = g + n * g_stride;
+      for_each_vector(d, F, [&](i64 i, size_t c) {
+        store_part(d, hn::Mul(load_part(d, ur + i, c), load_part(d, gr + i, c)), ur + i, c);
+      });
+    }
+  }, 16);
+}
+
+void norm_gate_recompute_impl(const float* o, const float* rstd, const float* w, const float* g, i64 g_stride,
+                              float* nrm, float* u, i64 N, i64 F) {
+  parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
+    for (i64 n = b; n < e; ++n) {
+      const VF r = hn::Set(d, rstd[n]);
+      const float* orow = o + n * F;
+      const float* gr = g + n * g_stride;
+      float* nr = nrm + n * F;
+      float* ur = u + n * F;
+      for_each_vector(d, F, [&](i64 i, size_t c) {
+        const VF nv = hn::Mul(hn::Mul(load_part(d, orow + i, c), r), load_part(d, w + i, c));
+        store_part(d, nv, nr + i, c);
+        store_part(d, hn::Mul(nv, load_part(d, gr + i, c)), ur + i, c);
+      });
+    }
+  }, 16);
+}
+
+void sigmoid_gate_backward_impl(const float* nrm, const float* g, i64 g_stride, float* du, float* dgate_pre,
+                                i64 dg_stride, i64 N, i64 F) {
+  parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
+    const VF one = hn::Set(d, 1.f);
+    for (i64 n = b; n < e; ++n) {
+      const float* nr = nrm + n * F;
+      const float* gr = g + n * g_stride;
+      float* dur = du + n * F;
+      float* dgr = dgate_pre + n * dg_stride;
+      for_each_vector(d, F, [&](i64 i, size_t c) {
+        const VF gv = load_part(d, gr + i, c), dv = load_part(d, dur + i, c);
+        const VF dgate = hn::Mul(hn::Mul(hn::Mul(dv, load_part(d, nr + i, c)), gv), hn::Sub(one, gv));
+        store_part(d, dgate, dgr + i, c);
+        store_part(d, hn::Mul(dv, gv), dur + i, c);
+      });
+    }
+  }, 16);
+}
+
+void silu_backward_inplace_impl(const float* pre, float* dd, i64 stride, i64 N, i64 F) {
+  parallel_for(N, [&](i64 b, i64 e) {
+    const DF d;
+    for (i64 n = b; n < e; ++n) {
+      const float* pr = pre + n * stride;
+      float* dr = dd + n * stride;
+      for_each_vector(d, F, [&](i64 i, size_t c) {
+        const VF x = load_part(d, pr + i, c);
+        store_part(d, hn::Mul(load_part(d, dr + i, c), silu_grad(d, x, logistic(d, x))), dr + i, c);
+      });
+    }
+  }, 16);
+}
+
 }  // namespace hlm::ops::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -262,6 +346,11 @@ HWY_EXPORT(silu_gate_backward_impl);
 HWY_EXPORT(mamba2_dt_backward_impl);
 HWY_EXPORT(norm_silu_gate_forward_impl);
 HWY_EXPORT(norm_silu_gate_backward_impl);
+HWY_EXPORT(lightning_activate_impl);
+HWY_EXPORT(gate_multiply_impl);
+HWY_EXPORT(norm_gate_recompute_impl);
+HWY_EXPORT(sigmoid_gate_backward_impl);
+HWY_EXPORT(silu_backward_inplace_impl);
 
 void mamba2_dt_forward(const float* raw, i64 raw_stride, const float* dt_bias, const float* A, const float* x,
                        i64 x_stride, float* dt, float* g, float* v, i64 N, i64 H, i64 P) {
@@ -328,6 +417,40 @@ void norm_silu_gate_backward(const float* o, const float* gp, i64 gp_stride, con
             "norm_silu_gate_backward: bad shape N={} H={} K={} gp_stride={}", N, H, K, gp_stride);
   init_simd();
   HWY_DYNAMIC_DISPATCH(norm_silu_gate_backward_impl)(o, gp, gp_stride, w, rstd, dz, d_o, d_gp, dw, N, H, K);
+}
+
+void lightning_activate(const float* pre, float* act, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0, "lightning_activate: bad shape N={} F={}", N, F);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(lightning_activate_impl)(pre, act, N, F);
+}
+
+void gate_multiply(float* u, const float* g, i64 g_stride, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0 && g_stride >= F, "gate_multiply: bad shape N={} F={} g_stride={}", N, F, g_stride);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(gate_multiply_impl)(u, g, g_stride, N, F);
+}
+
+void norm_gate_recompute(const float* o, const float* rstd, const float* w, const float* g, i64 g_stride, float* nrm,
+                         float* u, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0 && g_stride >= F, "norm_gate_recompute: bad shape N={} F={} g_stride={}", N, F,
+            g_stride);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(norm_gate_recompute_impl)(o, rstd, w, g, g_stride, nrm, u, N, F);
+}
+
+void sigmoid_gate_backward(const float* nrm, const float* g, i64 g_stride, float* du, float* dgate_pre,
+                           i64 dg_stride, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0 && g_stride >= F && dg_stride >= F,
+            "sigmoid_gate_backward: bad shape N={} F={} g_stride={} dg_stride={}", N, F, g_stride, dg_stride);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(sigmoid_gate_backward_impl)(nrm, g, g_stride, du, dgate_pre, dg_stride, N, F);
+}
+
+void silu_backward_inplace(const float* pre, float* d, i64 stride, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0 && stride >= F, "silu_backward_inplace: bad shape N={} F={} stride={}", N, F, stride);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(silu_backward_inplace_impl)(pre, d, stride, N, F);
 }
 
 }  // namespace hlm::ops

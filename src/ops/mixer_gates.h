@@ -1,8 +1,9 @@
 #pragma once
-// The linear mixers' elementwise gates: Mamba-2's dt (softplus), D skip and silu(z) output gate, and Gated
-// DeltaNet's normalised output gate. Written once with Google Highway and dispatched per SIMD target at run time
-// (docs/performance.md), so a portable build runs them with the CPU's vectors too. Rows are processed in whole
-// vectors plus one masked tail; the per-head sums are in lane order, the same for any thread count.
+// The linear mixers' elementwise gates: Mamba-2's dt (softplus), D skip and silu(z) output gate, Gated
+// DeltaNet's normalised output gate, and Lightning's activations and sigmoid output gate. Written once with Google
+// Highway and dispatched per SIMD target at run time (docs/performance.md), so a portable build runs them with the
+// CPU's vectors too. Rows are processed in whole vectors plus one masked tail; the per-head sums are in lane order,
+// the same for any thread count.
 #include "core/tensor.h"
 
 namespace hlm::ops {
@@ -55,5 +56,27 @@ void norm_silu_gate_forward(const float* o, const float* gp, i64 gp_stride, cons
 // (per-chunk partials summed in chunk order: deterministic for a thread count).
 void norm_silu_gate_backward(const float* o, const float* gp, i64 gp_stride, const float* w, const float* rstd,
                              const float* dz, float* d_o, float* d_gp, float* dw, i64 N, i64 H, i64 K);
+
+// ---- Lightning Attention (mixers/lightning.cpp): rows of the fused projection q | k | v | gate, 4 F wide --------
+
+// act = silu(pre) on each row's first 3 F columns (q, k, v) and sigmoid(pre) on its last F (the output gate).
+// pre, act: [N, 4 F].
+void lightning_activate(const float* pre, float* act, i64 N, i64 F);
+
+// u[n, i] *= g[n*g_stride + i]: the output gate on u [N, F].
+void gate_multiply(float* u, const float* g, i64 g_stride, i64 N, i64 F);
+
+// The backward's recompute of the normalised output and of the gated one: nrm = o rstd[n] w, u = nrm g (g rows at
+// g_stride). o, nrm, u: [N, F]; w [F].
+void norm_gate_recompute(const float* o, const float* rstd, const float* w, const float* g, i64 g_stride, float* nrm,
+                         float* u, i64 N, i64 F);
+
+// Backward of u = nrm * g with g = sigmoid(gate_pre): dgate_pre = du nrm g (1 - g) (rows at dg_stride, overwritten),
+// then du *= g (in place: the gradient of nrm). nrm, du: [N, F].
+void sigmoid_gate_backward(const float* nrm, const float* g, i64 g_stride, float* du, float* dgate_pre,
+                           i64 dg_stride, i64 N, i64 F);
+
+// Backward of silu in place: d[n*stride + i] *= silu'(pre[n*stride + i]) for i < F, silu'(x) = s (1 + x (1 - s)).
+void silu_backward_inplace(const float* pre, float* d, i64 stride, i64 N, i64 F);
 
 }  // namespace hlm::ops

@@ -18,13 +18,6 @@
 namespace hlm::ops {
 namespace {
 
-// exp over an array: the dispatched vector exp for float (masked entries are -inf and give exactly 0),
-// std::exp for double.
-inline void exp_inplace(float* x, i64 n) { exp_inplace_simd(x, n); }
-inline void exp_inplace(double* x, i64 n) {
-  for (i64 i = 0; i < n; ++i) x[i] = std::exp(x[i]);
-}
-
 // Per-thread scratch (ops/thread_scratch.h) of this file, one slot per buffer a thread holds at once; the numbers
 // are distinct across element types because Real may be double too. The workers' buffers, then the calling
 // thread's whole-call ones (the chunk decays; the chunk states or workspace when the caller passes none), apart
@@ -193,11 +186,7 @@ void compute_chunk_states(const Geo<Real>& G, std::span<const Real> eC, Real* st
           if (!dst) continue;
           cd.compute(G, b, h, c);
           const i64 ls = cd.last_start, nn = cd.n - ls;
-          for (i64 j = 0; j < nn; ++j) {
-            const Real* kr = G.kp(b, cd.t0 + ls + j, hk);
-            const Real fj = cd.f[ls + j];
-            for (i64 i = 0; i < G.K; ++i) kf[j * G.K + i] = fj * kr[i];
-          }
+          scale_rows(Real(1), cd.f.data() + ls, G.kp(b, cd.t0 + ls, hk), G.kr, kf.data(), G.K, nn, G.K);
           gemm(true, false, G.K, G.V, nn, Real(1), kf.data(), G.K, G.vp(b, cd.t0 + ls, h), G.vr, Real(0), dst, G.V);
         }
       },
@@ -218,15 +207,13 @@ void compute_chunk_states(const Geo<Real>& G, std::span<const Real> eC, Real* st
             const Real ec = eC[bh * NC + c];
             const Real* cur = S + c * KV;
             Real* nxt = S + (c + 1) * KV;
-            if (ec != 0)
-              for (i64 r = r0; r < r1; ++r) nxt[r] += ec * cur[r];
+            if (ec != 0) axpy(ec, cur + r0, nxt + r0, r1 - r0);
           }
           if (final_state) {
             const Real ec = eC[bh * NC + NC - 1];
             const Real* cur = S + (NC - 1) * KV;
             Real* fin = final_state + bh * KV;
-            if (ec != 0)
-              for (i64 r = r0; r < r1; ++r) fin[r] += ec * cur[r];
+            if (ec != 0) axpy(ec, cur + r0, fin + r0, r1 - r0);
           }
         }
       },
@@ -462,18 +449,14 @@ void scalar_decay_chunked_forward(const ScalarDecayArgs<Real>& a, OutBuf<Real> o
             cd.compute(G, b, h, c);
             cd.gamma(sc.Gm.data());
             Real* P = sc.Gm.data();
-            for (i64 r = 0; r < n * n; ++r) P[r] *= sc.A[r];
+            mul_inplace(P, sc.A.data(), n * n);
             Real* Op = o + G.orow(b, t0, h);
             // intra-chunk: O = (A .* Gamma) V
             gemm(false, false, n, G.V, n, Real(1), P, n, G.vp(b, t0, h), G.vr, Real(0), Op, ldo);
             // inter-chunk: O[:m] += diag(e) (scale Q) S_c, for the tokens still in the carried document
             const i64 m = cd.first_reset;
             if (m > 0 && (c > 0 || G.init)) {
-              for (i64 i = 0; i < m; ++i) {
-                const Real s = G.scale * cd.e[i];
-                const Real* qr = Qp + i * G.qr;
-                for (i64 x = 0; x < G.K; ++x) sc.rows[i * G.K + x] = s * qr[x];
-              }
+              scale_rows(G.scale, cd.e.data(), Qp, G.qr, sc.rows.data(), G.K, m, G.K);
               const Real* Sc = chunk_states + ((b * G.H + h) * NC + c) * KV;
               gemm(false, false, m, G.V, G.K, Real(1), sc.rows.data(), G.K, Sc, G.V, Real(1), Op, ldo);
             }
@@ -507,11 +490,7 @@ void state_grad_own_terms(const Geo<Real>& G, const Real* dout, Real* dSo, Real*
             std::fill(dst, dst + KV, Real(0));
             continue;
           }
-          for (i64 i = 0; i < m; ++i) {
-            const Real s = G.scale * cd.e[i];
-            const Real* qr = G.qp(b, cd.t0 + i, hk);
-            for (i64 x = 0; x < G.K; ++x) qe[i * G.K + x] = s * qr[x];
-          }
+          scale_rows(G.scale, cd.e.data(), G.qp(b, cd.t0, hk), G.qr, qe.data(), G.K, m, G.K);
           gemm(true, false, G.K, G.V, m, Real(1), qe.data(), G.K, dout + G.orow(b, cd.t0, h), ldo, Real(0), dst, G.V);
         }
       },
@@ -538,14 +517,12 @@ void state_grad_reverse_scan(const Geo<Real>& G, std::span<const Real> eC, const
             std::fill(last + r0, last + r1, Real(0));
           for (i64 c = NC - 1; c >= 1; --c) {
             const Real ec = eC[bh * NC + c];
-            if (ec != 0)
-              for (i64 r = r0; r < r1; ++r) D[(c - 1) * KV + r] += ec * D[c * KV + r];
+            if (ec != 0) axpy(ec, D + c * KV + r0, D + (c - 1) * KV + r0, r1 - r0);
           }
           if (d_initial_state) {
             const Real ec = eC[bh * NC];
             Real* di = d_initial_state + bh * KV;
-            if (ec != 0)
-              for (i64 r = r0; r < r1; ++r) di[r] += ec * D[r];
+            if (ec != 0) axpy(ec, D + r0, di + r0, r1 - r0);
           }
         }
       },
@@ -622,27 +599,8 @@ struct ChunkGrads {
     Real* dPG = sc.dPG.data();
     double* dgam = sc.dgam.data();
     gemm(false, true, n, n, G.V, Real(1), dOp, ldo, Vp, G.vr, Real(0), dP, n);
-    Real* cs = sc.colsum.data();
-    std::fill(cs, cs + n, Real(0));
-    for (i64 i = 0; i < n; ++i) {
-      const Real* gr = Gm + i * n;
-      const Real* ar = A + i * n;
-      Real* dpr = dP + i * n;
-      Real* acc = dPG + i * n;
-      Real rs = 0;
-#pragma omp simd reduction(+ : rs)
-      for (i64 j = 0; j < i; ++j) {
-        const Real x = dpr[j] * gr[j];
-        acc[j] += x;
-        const Real rr = x * ar[j];
-        rs += rr;
-        cs[j] += rr;
-      }
-      acc[i] += dpr[i];  // Gamma_ii = 1
-      dgam[i] += rs;
-    }
-    for (i64 i = 0; i < n; ++i) dgam[i] -= cs[i];
-    for (i64 r = 0; r < n * n; ++r) Gm[r] *= A[r];
+    decay_band_grads(dP, Gm, A, dPG, sc.colsum.data(), dgam, n);
+    mul_inplace(Gm, A, n * n);
     gemm(true, false, n, G.V, n, Real(1), Gm, n, dOp, ldo, Real(0), dVp, G.vr);
   }
 
@@ -655,24 +613,17 @@ struct ChunkGrads {
     Real* tmp = sc.tmp.data();
     gemm(false, false, nn, V, K, Real(1), Kp + ls * G.kr, G.kr, dS, V, Real(0), tmp, V);
     double dfsum = 0;
+    axpy_rows(cd.f.data() + ls, tmp, V, dVp + ls * G.vr, G.vr, nn, V);
     for (i64 j = 0; j < nn; ++j) {
-      const Real fj = cd.f[ls + j];
-      const Real* tr = tmp + j * V;
-      Real* dvr = dVp + (ls + j) * G.vr;
-      for (i64 x = 0; x < V; ++x) dvr[x] += fj * tr[x];
       if (ls + j == n - 1) continue;  // f_{n-1} = 1 whatever gam is (same reason as the diagonal in (a))
-      const double dff = static_cast<double>(dot(tr, Vp + (ls + j) * G.vr, V)) * fj;
+      const Real fj = cd.f[ls + j];
+      const double dff = static_cast<double>(dot(tmp + j * V, Vp + (ls + j) * G.vr, V)) * fj;
       dgam[ls + j] -= dff;
       dfsum += dff;
     }
     dgam[n - 1] += dfsum;
     gemm(false, true, nn, K, V, Real(1), Vp + ls * G.vr, G.vr, dS, V, Real(0), tmp, K);
-    for (i64 j = 0; j < nn; ++j) {
-      const Real fj = cd.f[ls + j];
-      const Real* tr = tmp + j * K;
-      Real* dkr = sc.dK.data() + (ls + j) * K;
-      for (i64 x = 0; x < K; ++x) dkr[x] += fj * tr[x];
-    }
+    axpy_rows(cd.f.data() + ls, tmp, K, sc.dK.data() + ls * K, K, nn, K);
     if (cd.eC != 0 && !S_zero) dgam[n - 1] += static_cast<double>(dot(dS, Sc, KV)) * cd.eC;
   }
 
@@ -683,13 +634,8 @@ struct ChunkGrads {
     double* dgam = sc.dgam.data();
     Real* tmp = sc.tmp.data();
     gemm(false, true, m, K, G.V, Real(1), dOp, ldo, Sc, G.V, Real(0), tmp, K);  // dO S^T
-    for (i64 i = 0; i < m; ++i) {
-      const Real ei = cd.e[i];
-      const Real* tr = tmp + i * K;
-      dgam[i] += static_cast<double>(G.scale * dot(tr, Qp + i * G.qr, K)) * ei;
-      Real* dqr = sc.dQ.data() + i * K;
-      for (i64 x = 0; x < K; ++x) dqr[x] += ei * tr[x];
-    }
+    for (i64 i = 0; i < m; ++i) dgam[i] += static_cast<double>(G.scale * dot(tmp + i * K, Qp + i * G.qr, K)) * cd.e[i];
+    axpy_rows(cd.e.data(), tmp, K, sc.dQ.data(), K, m, K);
   }
 
   // (d) g_t enters gam_i for every i >= t in the chunk: dg is the suffix sum of dgam.
@@ -707,16 +653,9 @@ struct ChunkGrads {
     const i64 K = G.K;
     gemm(false, false, n, K, n, Real(1), sc.dPG.data(), n, Kp, G.kr, Real(1), sc.dQ.data(), K);
     gemm(true, false, n, K, n, G.scale, sc.dPG.data(), n, Qp, G.qr, Real(1), sc.dK.data(), K);
-    for (i64 i = 0; i < n; ++i) {
-      Real* dqr = dq + (b * G.T + t0 + i) * G.qr + hk * G.qh;
-      Real* dkr = dk + (b * G.T + t0 + i) * G.kr + hk * G.kh;
-      const Real* sq = sc.dQ.data() + i * K;
-      const Real* sk = sc.dK.data() + i * K;
-      for (i64 x = 0; x < K; ++x) {
-        dqr[x] = G.scale * sq[x];
-        dkr[x] = sk[x];
-      }
-    }
+    scale_rows(G.scale, static_cast<const Real*>(nullptr), sc.dQ.data(), K, dq + (b * G.T + t0) * G.qr + hk * G.qh,
+               G.qr, n, K);
+    for (i64 i = 0; i < n; ++i) std::copy_n(sc.dK.data() + i * K, K, dk + (b * G.T + t0 + i) * G.kr + hk * G.kh);
   }
 };
 

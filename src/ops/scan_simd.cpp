@@ -1,6 +1,8 @@
 // Elementwise pieces of the chunked scans on Google Highway, one copy per SIMD target (ops/scan_simd.h).
 #include "ops/scan_simd.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/simd_target.h"
 
@@ -43,6 +45,117 @@ void unit_lower_inverse_t(const Real* A, const Real* Gam, const Real* beta, Real
   }
 }
 
+
+// ---- row operations (ops/scan_simd.h); rows in whole vectors plus a masked tail (for_each_vector) ----
+
+template <typename T>
+void axpy_t(T a, const T* x, T* y, i64 n) {
+  const hn::ScalableTag<T> d;
+  const auto va = hn::Set(d, a);
+  for_each_vector(d, n, [&](i64 i, size_t c) {
+    store_part(d, hn::MulAdd(va, load_part(d, x + i, c), load_part(d, y + i, c)), y + i, c);
+  });
+}
+
+template <typename T>
+void mul_inplace_t(T* y, const T* x, i64 n) {
+  const hn::ScalableTag<T> d;
+  for_each_vector(d, n, [&](i64 i, size_t c) {
+    store_part(d, hn::Mul(load_part(d, y + i, c), load_part(d, x + i, c)), y + i, c);
+  });
+}
+
+template <typename T>
+void scale_rows_t(T s0, const T* s, const T* src, i64 lds, T* dst, i64 ldd, i64 m, i64 n) {
+  const hn::ScalableTag<T> d;
+  for (i64 r = 0; r < m; ++r) {
+    const auto vs = hn::Set(d, s ? T(s0 * s[r]) : s0);
+    const T* x = src + r * lds;
+    T* y = dst + r * ldd;
+    for_each_vector(d, n, [&](i64 i, size_t c) { store_part(d, hn::Mul(vs, load_part(d, x + i, c)), y + i, c); });
+  }
+}
+
+template <typename T>
+void axpy_rows_t(const T* s, const T* src, i64 lds, T* dst, i64 ldd, i64 m, i64 n) {
+  for (i64 r = 0; r < m; ++r) axpy_t(s[r], src + r * lds, dst + r * ldd, n);
+}
+
+template <typename T>
+void lower_product_t(const T* a, const T* b, T* out, i64 L, i64 ld) {
+  const hn::ScalableTag<T> d;
+  for (i64 r = 0; r < L; ++r) {
+    const T *ar = a + r * ld, *br = b + r * ld;
+    T* o = out + r * ld;
+    for_each_vector(d, r + 1, [&](i64 i, size_t c) {
+      store_part(d, hn::Mul(load_part(d, ar + i, c), load_part(d, br + i, c)), o + i, c);
+    });
+    std::fill(o + r + 1, o + L, T(0));
+  }
+}
+
+template <class D>
+HWY_INLINE hn::TFromD<D> lane_sum(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::SumOfLanes(d, v));
+}
+
+template <typename T>
+void decay_band_grads_t(const T* dP, const T* Gm, const T* A, T* dPG, T* colsum, double* dgam, i64 n) {
+  const hn::ScalableTag<T> d;
+  std::fill(colsum, colsum + n, T(0));
+  for (i64 r = 0; r < n; ++r) {
+    const T *dpr = dP + r * n, *gr = Gm + r * n, *ar = A + r * n;
+    T* acc = dPG + r * n;
+    auto rs = hn::Zero(d);
+    for_each_vector(d, r, [&](i64 j, size_t c) {
+      const auto x = hn::Mul(load_part(d, dpr + j, c), load_part(d, gr + j, c));
+      store_part(d, hn::Add(load_part(d, acc + j, c), x), acc + j, c);
+      const auto rr = hn::Mul(x, load_part(d, ar + j, c));  // zero in a tail's missing lanes
+      rs = hn::Add(rs, rr);
+      store_part(d, hn::Add(load_part(d, colsum + j, c), rr), colsum + j, c);
+    });
+    acc[r] += dpr[r];  // Gamma_ii = 1
+    dgam[r] += lane_sum(d, rs);
+  }
+  for (i64 r = 0; r < n; ++r) dgam[r] -= colsum[r];
+}
+
+template <typename T>
+void delta_a0_grads_t(const T* dM, const T* Gm, const T* A, const T* bt, T* Z, T* B, T* dbt, i64 L, i64 ld) {
+  const hn::ScalableTag<T> d;
+  for (i64 r = 0; r < L; ++r) {
+    const T *dmr = dM + r * ld, *gr = Gm + r * ld, *ar = A + r * ld;
+    T *zr = Z + r * ld, *brow = B + r * ld;
+    const auto vb = hn::Set(d, bt[r]);
+    auto db = hn::Zero(d);
+    for_each_vector(d, r, [&](i64 j, size_t c) {
+      const auto da0 = hn::Mul(load_part(d, dmr + j, c), load_part(d, gr + j, c));
+      const auto a = load_part(d, ar + j, c);
+      db = hn::MulAdd(da0, a, db);
+      const auto cb = hn::Mul(da0, vb);
+      store_part(d, hn::MulAdd(cb, a, load_part(d, zr + j, c)), zr + j, c);
+      store_part(d, cb, brow + j, c);
+    });
+    dbt[r] = lane_sum(d, db);
+    brow[r] = 0;
+  }
+}
+
+template <typename T>
+void lower_row_minus_col_sums_t(const T* Z, T* dgam, i64 L, i64 ld) {
+  const hn::ScalableTag<T> d;
+  for (i64 r = 0; r < L; ++r) {
+    const T* zr = Z + r * ld;
+    auto rs = hn::Zero(d);
+    for_each_vector(d, r, [&](i64 j, size_t c) {
+      const auto z = load_part(d, zr + j, c);
+      rs = hn::Add(rs, z);
+      store_part(d, hn::Sub(load_part(d, dgam + j, c), z), dgam + j, c);
+    });
+    dgam[r] += lane_sum(d, rs);
+  }
+}
+
 }  // namespace
 
 void exp_inplace_impl(float* x, i64 n) {
@@ -56,6 +169,31 @@ void unit_lower_inverse_f32(const float* A, const float* Gam, const float* beta,
 void unit_lower_inverse_f64(const double* A, const double* Gam, const double* beta, double* T, i64 L, i64 C) {
   unit_lower_inverse_t(A, Gam, beta, T, L, C);
 }
+
+// Per-type entry points for HWY_EXPORT (which takes plain function names).
+#define HLM_SCAN_ROW_OPS(T, sfx)                                                                                 \
+  void axpy_##sfx(T a, const T* x, T* y, i64 n) { axpy_t(a, x, y, n); }                                          \
+  void mul_inplace_##sfx(T* y, const T* x, i64 n) { mul_inplace_t(y, x, n); }                                    \
+  void scale_rows_##sfx(T s0, const T* s, const T* src, i64 lds, T* dst, i64 ldd, i64 m, i64 n) {                \
+    scale_rows_t(s0, s, src, lds, dst, ldd, m, n);                                                               \
+  }                                                                                                              \
+  void axpy_rows_##sfx(const T* s, const T* src, i64 lds, T* dst, i64 ldd, i64 m, i64 n) {                       \
+    axpy_rows_t(s, src, lds, dst, ldd, m, n);                                                                    \
+  }                                                                                                              \
+  void lower_product_##sfx(const T* a, const T* b, T* out, i64 L, i64 ld) { lower_product_t(a, b, out, L, ld); } \
+  void decay_band_grads_##sfx(const T* dP, const T* Gm, const T* A, T* dPG, T* cs, double* dgam, i64 n) {        \
+    decay_band_grads_t(dP, Gm, A, dPG, cs, dgam, n);                                                             \
+  }                                                                                                              \
+  void delta_a0_grads_##sfx(const T* dM, const T* Gm, const T* A, const T* bt, T* Z, T* B, T* dbt, i64 L,        \
+                            i64 ld) {                                                                            \
+    delta_a0_grads_t(dM, Gm, A, bt, Z, B, dbt, L, ld);                                                           \
+  }                                                                                                              \
+  void lower_row_minus_col_sums_##sfx(const T* Z, T* dgam, i64 L, i64 ld) {                                    \
+    lower_row_minus_col_sums_t(Z, dgam, L, ld);                                                                  \
+  }
+HLM_SCAN_ROW_OPS(float, f32)
+HLM_SCAN_ROW_OPS(double, f64)
+#undef HLM_SCAN_ROW_OPS
 
 }  // namespace hlm::ops::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -83,6 +221,51 @@ void unit_lower_inverse(const double* A, const double* Gamma, const double* beta
   init_simd();
   HWY_DYNAMIC_DISPATCH(unit_lower_inverse_f64)(A, Gamma, beta, T, L, C);
 }
+
+#define HLM_SCAN_ROW_OPS(T, sfx)                                                                               \
+  HWY_EXPORT(axpy_##sfx);                                                                                      \
+  HWY_EXPORT(mul_inplace_##sfx);                                                                               \
+  HWY_EXPORT(scale_rows_##sfx);                                                                                \
+  HWY_EXPORT(axpy_rows_##sfx);                                                                                 \
+  HWY_EXPORT(lower_product_##sfx);                                                                             \
+  HWY_EXPORT(decay_band_grads_##sfx);                                                                          \
+  HWY_EXPORT(delta_a0_grads_##sfx);                                                                            \
+  HWY_EXPORT(lower_row_minus_col_sums_##sfx);                                                                  \
+  void axpy(T a, const T* x, T* y, i64 n) {                                                                    \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(axpy_##sfx)(a, x, y, n);                                                              \
+  }                                                                                                            \
+  void mul_inplace(T* y, const T* x, i64 n) {                                                                  \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(mul_inplace_##sfx)(y, x, n);                                                          \
+  }                                                                                                            \
+  void scale_rows(T s0, const T* s, const T* src, i64 lds, T* dst, i64 ldd, i64 m, i64 n) {                    \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(scale_rows_##sfx)(s0, s, src, lds, dst, ldd, m, n);                                   \
+  }                                                                                                            \
+  void axpy_rows(const T* s, const T* src, i64 lds, T* dst, i64 ldd, i64 m, i64 n) {                           \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(axpy_rows_##sfx)(s, src, lds, dst, ldd, m, n);                                        \
+  }                                                                                                            \
+  void lower_product(const T* a, const T* b, T* out, i64 L, i64 ld) {                                          \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(lower_product_##sfx)(a, b, out, L, ld);                                               \
+  }                                                                                                            \
+  void decay_band_grads(const T* dP, const T* Gm, const T* A, T* dPG, T* colsum, double* dgam, i64 n) {        \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(decay_band_grads_##sfx)(dP, Gm, A, dPG, colsum, dgam, n);                             \
+  }                                                                                                            \
+  void delta_a0_grads(const T* dM, const T* Gm, const T* A, const T* bt, T* Z, T* B, T* dbt, i64 L, i64 ld) {  \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(delta_a0_grads_##sfx)(dM, Gm, A, bt, Z, B, dbt, L, ld);                               \
+  }                                                                                                            \
+  void lower_row_minus_col_sums(const T* Z, T* dgam, i64 L, i64 ld) {                                          \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(lower_row_minus_col_sums_##sfx)(Z, dgam, L, ld);                                      \
+  }
+HLM_SCAN_ROW_OPS(float, f32)
+HLM_SCAN_ROW_OPS(double, f64)
+#undef HLM_SCAN_ROW_OPS
 
 }  // namespace hlm::ops
 #endif  // HWY_ONCE
