@@ -41,12 +41,6 @@ HWY_INLINE VF silu_grad(DF d, VF z, VF s) {
   return hn::Mul(s, hn::MulAdd(z, hn::Sub(one, s), one));
 }
 
-// dst[i] = a * src[i] for i < n.
-HWY_INLINE void scale_row(DF d, float a, const float* src, float* dst, i64 n) {
-  const VF av = hn::Set(d, a);
-  for_each_vector(d, n, [&](i64 i, size_t c) { store_part(d, hn::Mul(av, load_part(d, src + i, c)), dst + i, c); });
-}
-
 }  // namespace
 
 void mamba2_dt_forward_impl(const float* raw, i64 raw_stride, const float* dt_bias, const float* A, const float* x,

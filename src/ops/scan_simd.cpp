@@ -50,11 +50,7 @@ void unit_lower_inverse_t(const Real* A, const Real* Gam, const Real* beta, Real
 
 template <typename T>
 void axpy_t(T a, const T* x, T* y, i64 n) {
-  const hn::ScalableTag<T> d;
-  const auto va = hn::Set(d, a);
-  for_each_vector(d, n, [&](i64 i, size_t c) {
-    store_part(d, hn::MulAdd(va, load_part(d, x + i, c), load_part(d, y + i, c)), y + i, c);
-  });
+  axpy_row(hn::ScalableTag<T>(), a, x, y, n);
 }
 
 template <typename T>
@@ -68,12 +64,7 @@ void mul_inplace_t(T* y, const T* x, i64 n) {
 template <typename T>
 void scale_rows_t(T s0, const T* s, const T* src, i64 lds, T* dst, i64 ldd, i64 m, i64 n) {
   const hn::ScalableTag<T> d;
-  for (i64 r = 0; r < m; ++r) {
-    const auto vs = hn::Set(d, s ? T(s0 * s[r]) : s0);
-    const T* x = src + r * lds;
-    T* y = dst + r * ldd;
-    for_each_vector(d, n, [&](i64 i, size_t c) { store_part(d, hn::Mul(vs, load_part(d, x + i, c)), y + i, c); });
-  }
+  for (i64 r = 0; r < m; ++r) scale_row(d, s ? T(s0 * s[r]) : s0, src + r * lds, dst + r * ldd, n);
 }
 
 template <typename T>
@@ -94,11 +85,6 @@ void lower_product_t(const T* a, const T* b, T* out, i64 L, i64 ld) {
   }
 }
 
-template <class D>
-HWY_INLINE hn::TFromD<D> lane_sum(D d, hn::Vec<D> v) {
-  return hn::GetLane(hn::SumOfLanes(d, v));
-}
-
 template <typename T>
 void decay_band_grads_t(const T* dP, const T* Gm, const T* A, T* dPG, T* colsum, double* dgam, i64 n) {
   const hn::ScalableTag<T> d;
@@ -115,7 +101,7 @@ void decay_band_grads_t(const T* dP, const T* Gm, const T* A, T* dPG, T* colsum,
       store_part(d, hn::Add(load_part(d, colsum + j, c), rr), colsum + j, c);
     });
     acc[r] += dpr[r];  // Gamma_ii = 1
-    dgam[r] += lane_sum(d, rs);
+    dgam[r] += sum_lanes(d, rs);
   }
   for (i64 r = 0; r < n; ++r) dgam[r] -= colsum[r];
 }
@@ -136,7 +122,7 @@ void delta_a0_grads_t(const T* dM, const T* Gm, const T* A, const T* bt, T* Z, T
       store_part(d, hn::MulAdd(cb, a, load_part(d, zr + j, c)), zr + j, c);
       store_part(d, cb, brow + j, c);
     });
-    dbt[r] = lane_sum(d, db);
+    dbt[r] = sum_lanes(d, db);
     brow[r] = 0;
   }
 }
@@ -152,7 +138,7 @@ void lower_row_minus_col_sums_t(const T* Z, T* dgam, i64 L, i64 ld) {
       rs = hn::Add(rs, z);
       store_part(d, hn::Sub(load_part(d, dgam + j, c), z), dgam + j, c);
     });
-    dgam[r] += lane_sum(d, rs);
+    dgam[r] += sum_lanes(d, rs);
   }
 }
 

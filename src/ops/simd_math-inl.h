@@ -132,10 +132,26 @@ HWY_INLINE void add_rows_in_order(D d, const hn::TFromD<D>* rows, int64_t nrows,
     });
 }
 
-// sum over lanes as a float.
+// sum over lanes, in the vector's element type.
 template <class D>
-HWY_INLINE float sum_lanes(D d, hn::Vec<D> v) {
+HWY_INLINE hn::TFromD<D> sum_lanes(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::SumOfLanes(d, v));
+}
+
+// dst[i] = a * src[i] for i < n; dst may be src.
+template <class D, typename T = hn::TFromD<D>>
+HWY_INLINE void scale_row(D d, T a, const T* src, T* dst, int64_t n) {
+  const auto av = hn::Set(d, a);
+  for_each_vector(d, n, [&](int64_t i, size_t c) { store_part(d, hn::Mul(av, load_part(d, src + i, c)), dst + i, c); });
+}
+
+// y[i] += a * x[i] for i < n.
+template <class D, typename T = hn::TFromD<D>>
+HWY_INLINE void axpy_row(D d, T a, const T* x, T* y, int64_t n) {
+  const auto av = hn::Set(d, a);
+  for_each_vector(d, n, [&](int64_t i, size_t c) {
+    store_part(d, hn::MulAdd(av, load_part(d, x + i, c), load_part(d, y + i, c)), y + i, c);
+  });
 }
 
 }  // namespace hlm::ops::HWY_NAMESPACE
