@@ -543,74 +543,82 @@ TEST(Attention, KeyOffsetBadArgumentsThrow) {
 
 TEST(AttentionBf16, ForwardAndBackwardFollowTheDoubleReferenceWithinTheBf16Bound) {
   SKIP_UNLESS_BF16_KERNELS();
-  std::vector<Case> cs = cases();
-  cs.push_back({2, 90, 4, 2, 32, 0, 0.37f});  // an explicit scale
-  for (const Case& c : cs) {
-    auto qkv = randn(c.B * c.T * c.stride(), 500 + c.T + c.W);
-    auto dout = randn(c.B * c.T * c.H * c.hd, 600 + c.hd);
-    auto dd = to_double(dout);
-    auto ref = reference(c, to_double(qkv), &dd);
-    const KernelOut fp32 = run_kernel(c, qkv, &dout);
-    KernelOut got;
-    {
-      const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
-      got = run_kernel(c, qkv, &dout);
+  for_each_bf16_product_path([&] {
+    std::vector<Case> cs = cases();
+    cs.push_back({2, 90, 4, 2, 32, 0, 0.37f});  // an explicit scale
+    for (const Case& c : cs) {
+      auto qkv = randn(c.B * c.T * c.stride(), 500 + c.T + c.W);
+      auto dout = randn(c.B * c.T * c.H * c.hd, 600 + c.hd);
+      auto dd = to_double(dout);
+      auto ref = reference(c, to_double(qkv), &dd);
+      const KernelOut fp32 = run_kernel(c, qkv, &dout);
+      KernelOut got;
+      {
+        const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+        got = run_kernel(c, qkv, &dout);
+      }
+      EXPECT_TRUE(close_rel(got.o, ref.o, bf16_tol(4), "o " + c.name()));
+      EXPECT_TRUE(close_rel(got.lse, ref.lse, bf16_tol(2), "lse " + c.name()));
+      // bf16 really ran: o differs from the fp32 kernel's by more than a tenth of u_bf (fp32 alone: ~1e-7).
+      EXPECT_GT(rel_rms_diff(got.o, fp32.o), 0.1 * kBf16UnitRoundoff) << c.name();
+      const double dv_rms = rms(slots(c, ref.dqkv, 2));
+      for (int w = 0; w < 3; ++w) {
+        const std::string what = std::string(w == 0 ? "dq " : w == 1 ? "dk " : "dv ") + c.name();
+        const double tol = bf16_tol(w == 2 ? 4 : 6);
+        auto g = slots(c, got.dqkv, w), want = slots(c, ref.dqkv, w);
+        if (rms(want) == 0)  // W = 1: dq = dk = 0 exactly; what remains is rounding, measured against dv
+          EXPECT_LT(rms(g), tol * dv_rms) << what;
+        else
+          EXPECT_TRUE(close_rel(g, want, tol, what));
+      }
+      check_padding(c, got.dqkv);
     }
-    EXPECT_TRUE(close_rel(got.o, ref.o, bf16_tol(4), "o " + c.name()));
-    EXPECT_TRUE(close_rel(got.lse, ref.lse, bf16_tol(2), "lse " + c.name()));
-    // bf16 really ran: o differs from the fp32 kernel's by more than a tenth of u_bf (fp32 alone: ~1e-7).
-    EXPECT_GT(rel_rms_diff(got.o, fp32.o), 0.1 * kBf16UnitRoundoff) << c.name();
-    const double dv_rms = rms(slots(c, ref.dqkv, 2));
-    for (int w = 0; w < 3; ++w) {
-      const std::string what = std::string(w == 0 ? "dq " : w == 1 ? "dk " : "dv ") + c.name();
-      const double tol = bf16_tol(w == 2 ? 4 : 6);
-      auto g = slots(c, got.dqkv, w), want = slots(c, ref.dqkv, w);
-      if (rms(want) == 0)  // W = 1: dq = dk = 0 exactly; what remains is rounding, measured against dv
-        EXPECT_LT(rms(g), tol * dv_rms) << what;
-      else
-        EXPECT_TRUE(close_rel(g, want, tol, what));
-    }
-    check_padding(c, got.dqkv);
-  }
+  });
 }
 
 TEST(AttentionBf16, PackedDocumentsFollowTheMaskedReference) {
   SKIP_UNLESS_BF16_KERNELS();
-  for (i64 W : {i64{0}, i64{23}}) {
-    const PackedCase p = packed_case(W, 71);
-    const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
-    auto got = run_kernel(p.c, p.qkv, &p.dout, &p.ds);
-    EXPECT_TRUE(close_rel(got.o, p.ref.o, bf16_tol(4), "o W=" + std::to_string(W)));
-    for (int w = 0; w < 3; ++w)
-      EXPECT_TRUE(close_rel(slots(p.c, got.dqkv, w), slots(p.c, p.ref.dqkv, w), bf16_tol(w == 2 ? 4 : 6),
-                            "grad " + std::to_string(w) + " W=" + std::to_string(W)));
-  }
+  for_each_bf16_product_path([&] {
+    for (i64 W : {i64{0}, i64{23}}) {
+      const PackedCase p = packed_case(W, 71);
+      const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+      auto got = run_kernel(p.c, p.qkv, &p.dout, &p.ds);
+      EXPECT_TRUE(close_rel(got.o, p.ref.o, bf16_tol(4), "o W=" + std::to_string(W)));
+      for (int w = 0; w < 3; ++w)
+        EXPECT_TRUE(close_rel(slots(p.c, got.dqkv, w), slots(p.c, p.ref.dqkv, w), bf16_tol(w == 2 ? 4 : 6),
+                              "grad " + std::to_string(w) + " W=" + std::to_string(W)));
+    }
+  });
 }
 
 TEST(AttentionBf16, KeyOffsetForwardFollowsTheDoubleReference) {
   SKIP_UNLESS_BF16_KERNELS();
-  for (const OffCase& c : {OffCase{1, 1, 200, 2, 1, 32, 0}, OffCase{2, 7, 70, 4, 2, 16, 20},
-                           OffCase{1, 65, 190, 4, 1, 32, 64}, OffCase{1, 40, 167, 4, 2, 64, 128},
-                           OffCase{3, 33, 96, 2, 2, 24, 127}}) {
-    const i64 ks = c.Hkv * c.hd + 5;
-    auto q = randn(c.B * c.T * c.H * c.hd, 950 + c.T);
-    auto k = randn(c.B * c.Tk * ks, 951 + c.Tk), v = randn(c.B * c.Tk * ks, 952 + c.W);
-    std::vector<double> ro, rl;
-    offset_reference(c, q, k, v, ks, ro, rl);
-    auto o = nan_vec(c.B * c.T * c.H * c.hd), lse = nan_vec(c.B * c.H * c.T);
-    ops::AttentionArgs s;
-    s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
-    const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
-    ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), ks), o.data(), lse.data());
-    EXPECT_TRUE(close_rel(o, ro, bf16_tol(4), "o " + c.name()));
-    EXPECT_TRUE(close_rel(lse, rl, bf16_tol(2), "lse " + c.name()));
-  }
+  for_each_bf16_product_path([&] {
+    for (const OffCase& c : {OffCase{1, 1, 200, 2, 1, 32, 0}, OffCase{2, 7, 70, 4, 2, 16, 20},
+                             OffCase{1, 65, 190, 4, 1, 32, 64}, OffCase{1, 40, 167, 4, 2, 64, 128},
+                             OffCase{3, 33, 96, 2, 2, 24, 127}}) {
+      const i64 ks = c.Hkv * c.hd + 5;
+      auto q = randn(c.B * c.T * c.H * c.hd, 950 + c.T);
+      auto k = randn(c.B * c.Tk * ks, 951 + c.Tk), v = randn(c.B * c.Tk * ks, 952 + c.W);
+      std::vector<double> ro, rl;
+      offset_reference(c, q, k, v, ks, ro, rl);
+      auto o = nan_vec(c.B * c.T * c.H * c.hd), lse = nan_vec(c.B * c.H * c.T);
+      ops::AttentionArgs s;
+      s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
+      const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+      ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), ks), o.data(), lse.data());
+      EXPECT_TRUE(close_rel(o, ro, bf16_tol(4), "o " + c.name()));
+      EXPECT_TRUE(close_rel(lse, rl, bf16_tol(2), "lse " + c.name()));
+    }
+  });
 }
 
 TEST(AttentionBf16, BitwiseEqualAcrossThreadCounts) {
   SKIP_UNLESS_BF16_KERNELS();
-  const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
-  expect_bitwise_equal_across_thread_counts();
+  for_each_bf16_product_path([&] {
+    const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+    expect_bitwise_equal_across_thread_counts();
+  });
 }
 
 // An odd head dimension cannot be paired: the kernels keep fp32 products there, bit for bit.

@@ -571,23 +571,25 @@ TEST(L2Norm, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
 // new values as operands (10), the chunks carried in the state; gradients the forward's and the backward's chains.
 TEST(GatedDeltaBf16, ChunkedFollowsTheDoubleReferenceWithinTheBf16Bound) {
   SKIP_UNLESS_BF16_KERNELS();
-  std::vector<Problem> ps;
-  for (const Cfg& c : kShapes) ps.push_back(make_problem(c.B, c.T, c.H, c.K, c.V, c.C, 8, c.init));
-  ps.push_back(make_problem(2, 150, 2, 64, 64, 64, 9));  // model size: two full chunks and a tail
-  for (const Problem& p : ps) {
-    const std::string what = "B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) + " K=" + std::to_string(p.K) +
-                             " V=" + std::to_string(p.V) + " C=" + std::to_string(p.C);
-    const double depth = 10.0 * static_cast<double>((p.T + p.C - 1) / p.C);
-    auto dO = rand_like(p.B * p.T * p.H * p.V, 10), dfin = rand_like(p.B * p.H * p.K * p.V, 11);
-    Result want = run<double>(p, Mode::Recurrent, dO, dfin);
-    Result f32 = run<float>(p, Mode::Chunked, dO, dfin);
-    const PrecisionScope bf(Precision::bf16, /*allow_emulated=*/true);
-    for (Mode m : {Mode::Chunked, Mode::ChunkedSaved}) {
-      Result got = run<float>(p, m, dO, dfin);
-      expect_fwd(got, want, bf16_tol(depth), "bf16 chunked " + what);
-      expect_bwd(got, want, bf16_tol(2 * depth), "bf16 chunked " + what);
-      // bf16 really ran: o differs from the fp32 kernel's by more than a tenth of u_bf.
-      EXPECT_GT(rel_rms_diff(got.o, f32.o), 0.1 * kBf16UnitRoundoff) << what;
+  for_each_bf16_product_path([&] {
+    std::vector<Problem> ps;
+    for (const Cfg& c : kShapes) ps.push_back(make_problem(c.B, c.T, c.H, c.K, c.V, c.C, 8, c.init));
+    ps.push_back(make_problem(2, 150, 2, 64, 64, 64, 9));  // model size: two full chunks and a tail
+    for (const Problem& p : ps) {
+      const std::string what = "B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) + " K=" + std::to_string(p.K) +
+                               " V=" + std::to_string(p.V) + " C=" + std::to_string(p.C);
+      const double depth = 10.0 * static_cast<double>((p.T + p.C - 1) / p.C);
+      auto dO = rand_like(p.B * p.T * p.H * p.V, 10), dfin = rand_like(p.B * p.H * p.K * p.V, 11);
+      Result want = run<double>(p, Mode::Recurrent, dO, dfin);
+      Result f32 = run<float>(p, Mode::Chunked, dO, dfin);
+      const PrecisionScope bf(Precision::bf16, /*allow_emulated=*/true);
+      for (Mode m : {Mode::Chunked, Mode::ChunkedSaved}) {
+        Result got = run<float>(p, m, dO, dfin);
+        expect_fwd(got, want, bf16_tol(depth), "bf16 chunked " + what);
+        expect_bwd(got, want, bf16_tol(2 * depth), "bf16 chunked " + what);
+        // bf16 really ran: o differs from the fp32 kernel's by more than a tenth of u_bf.
+        EXPECT_GT(rel_rms_diff(got.o, f32.o), 0.1 * kBf16UnitRoundoff) << what;
+      }
     }
-  }
+  });
 }

@@ -149,12 +149,14 @@ TEST(Bf16, MatmulMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
 // the reference exact).
 TEST(Bf16, PairGemmMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
   if (!ops::bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
-  expect_bf16_product_in_every_layout(
+  for_each_bf16_product_path([] {
+    expect_bf16_product_in_every_layout(
       [](bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const std::vector<float>& A, i64 lda,
          const std::vector<float>& B, i64 ldb, float beta, float* C, i64 ldc) {
         ops::bf16_pairs::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C, ldc);
       },
       -0.5f);
+  });
 }
 
 TEST(Bf16, LinearLayersRoundBothOperandsUnderTheScope) {

@@ -613,25 +613,27 @@ TEST(ScalarDecayScan, BadArgumentsThrow) {
 // in the state; gradients the forward's and the backward's chains.
 TEST(ScalarDecayScanBf16, ChunkedFollowsTheDoubleReferenceWithinTheBf16Bound) {
   SKIP_UNLESS_BF16_KERNELS();
-  for (const Case& c : shape_cases()) {
-    SCOPED_TRACE(name(c));
-    const double depth = 6.0 * static_cast<double>((c.T + c.C - 1) / c.C);
-    Data d(c);
-    std::vector<double> o, fin;
-    reference_forward(d, o, fin);
-    auto dout = rand_vec(d.o_size(), 300 + c.seed), dfin = rand_vec(d.state_size(), 400 + c.seed);
-    ScanRun<double> rec(d);
-    rec.backward(d, false, dout, dfin);
-    ScanRun<float> f32(d);
-    f32.forward(d, true);
-    const PrecisionScope bf(Precision::bf16, /*allow_emulated=*/true);
-    ScanRun<float> got(d);
-    got.forward(d, true);
-    expect_forward(got, o, fin, bf16_tol(depth), "chunked<float> bf16");
-    got.backward(d, true, dout, dfin);
-    EXPECT_TRUE(got.paddings(d));
-    expect_grads(got.grads(d), rec.grads(d), bf16_tol(2 * depth), "chunked<float> bf16");
-    // bf16 really ran: the output differs from the fp32 kernel's by more than a tenth of u_bf.
-    EXPECT_GT(rel_rms_diff(got.o, f32.o), 0.1 * kBf16UnitRoundoff);
-  }
+  for_each_bf16_product_path([&] {
+    for (const Case& c : shape_cases()) {
+      SCOPED_TRACE(name(c));
+      const double depth = 6.0 * static_cast<double>((c.T + c.C - 1) / c.C);
+      Data d(c);
+      std::vector<double> o, fin;
+      reference_forward(d, o, fin);
+      auto dout = rand_vec(d.o_size(), 300 + c.seed), dfin = rand_vec(d.state_size(), 400 + c.seed);
+      ScanRun<double> rec(d);
+      rec.backward(d, false, dout, dfin);
+      ScanRun<float> f32(d);
+      f32.forward(d, true);
+      const PrecisionScope bf(Precision::bf16, /*allow_emulated=*/true);
+      ScanRun<float> got(d);
+      got.forward(d, true);
+      expect_forward(got, o, fin, bf16_tol(depth), "chunked<float> bf16");
+      got.backward(d, true, dout, dfin);
+      EXPECT_TRUE(got.paddings(d));
+      expect_grads(got.grads(d), rec.grads(d), bf16_tol(2 * depth), "chunked<float> bf16");
+      // bf16 really ran: the output differs from the fp32 kernel's by more than a tenth of u_bf.
+      EXPECT_GT(rel_rms_diff(got.o, f32.o), 0.1 * kBf16UnitRoundoff);
+    }
+  });
 }

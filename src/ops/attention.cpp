@@ -203,6 +203,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
   const i64 nseg = std::clamp<i64>((want + B * Hkv - 1) / (B * Hkv), 1, nt);
   const i64 n_units = B * Hkv * nseg;
   const bool bf = bf16_products(g);
+  const bool amx = bf && bf16_pairs::amx_active();  // bf16 products on whole tiles (ops/bf16_pairs.h product())
   const i64 hp = hd / 2;  // pairs per head row (bf16 products)
 #pragma omp parallel if (g.par)
   {
@@ -219,6 +220,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
     Pair* pt2 = bf ? pair_scratch(3, kTile / 2 * kTile) : nullptr;
     std::vector<char> packed(static_cast<size_t>(ntk));
     alignas(64) float m[kTile], l[kTile], alpha[kTile];  // running max (log2 domain), sum, rescale
+    int qv_a[kTile / 16], qv_z[kTile / 16];  // per 16-query vector: the keys any of its queries sees (z < 0: none)
     TileMask tm;
     Prefetcher pf;
 #pragma omp for schedule(static, 1)
@@ -271,8 +273,17 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               }
               packed[j] = 1;
             }
-            // S^T[c0:c0+mc, visible query vectors] = K Q^T
-            for (int cb = 0; cb * kRB < nk; ++cb) {
+            // S^T[c0:c0+mc, visible query vectors] = K Q^T. On AMX the whole tile at once, over the query vectors
+            // any key sees: the entries no query sees are computed too, and masked by the softmax as before.
+            if (amx) {
+              int w0 = kTile / 16, w1 = 0;
+              for (int cb = 0; cb * kRB < nk; ++cb)
+                if (tm.w0[cb] < tm.w1[cb]) w0 = std::min(w0, tm.w0[cb]), w1 = std::max(w1, tm.w1[cb]);
+              if (w0 < w1)
+                bf16_pairs::product(nk, 16 * (w1 - w0), hp, k2, hp, 1, qt2 + 16 * w0, kTile, st + 16 * w0, kTile,
+                                    false);
+            }
+            for (int cb = 0; !amx && cb * kRB < nk; ++cb) {
               const int c0 = cb * kRB, mc = std::min(kRB, nk - c0), w0 = tm.w0[cb], w1 = tm.w1[cb];
               if (w0 == w1) continue;
               pf.step(12);
@@ -288,6 +299,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               int ca = kTile, cz = -1;
               for (int r = 16 * qv; r < std::min(nq, 16 * qv + 16); ++r)
                 if (tm.cl[r] <= tm.ch[r]) ca = std::min(ca, tm.cl[r]), cz = std::max(cz, tm.ch[r]);
+              qv_a[qv] = ca, qv_z[qv] = cz;
               if (cz < 0) {
                 std::fill(alpha + 16 * qv, alpha + 16 * qv + 16, 1.f);
                 continue;
@@ -320,7 +332,14 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
             for (int r = 0; r < nq; ++r)
               if (alpha[r] != 1.f)
                 for (i64 d = 0; d < hd; ++d) oacc[r * hd + d] *= alpha[r];
-            for (int qb = 0; qb * kRB < nq; ++qb) {
+            // On AMX per 16 queries, over the key pairs any of them sees (P^T is zero where a query sees no key).
+            for (int qv = 0; amx && qv < nqv; ++qv)
+              if (qv_z[qv] >= 0) {
+                const int pa = qv_a[qv] / 2, pz = qv_z[qv] / 2 + 1;
+                bf16_pairs::product(std::min(16, nq - 16 * qv), hd, pz - pa, pt2 + pa * kTile + 16 * qv, 1, kTile,
+                                    v2 + pa * hd, hd, oacc + 16 * qv * hd, hd, true);
+              }
+            for (int qb = 0; !amx && qb * kRB < nq; ++qb) {
               const int r0 = qb * kRB, mr = std::min(kRB, nq - r0), kb = tm.kb[qb], ke = tm.ke[qb];
               if (kb == ke) continue;
               pf.step(12);
@@ -373,7 +392,7 @@ struct BackwardWork {
   // K^T, V^T [hd/2][64] (pairs along hd) and K row pairs [32][hd]; per query tile: Q, dO rows [64][hd/2] and row
   // pairs [32][hd]; per tile pair: dS rows [64][32] and the row pairs of P and dS [32][64]. The fp32 K^T, V^T and
   // K rows are then not kept.
-  bool bf = false;
+  bool bf = false, amx = false;  // amx: the bf16 products on whole tiles (ops/bf16_pairs.h product())
   i64 hp = 0;  // pairs per head row
   Pair *kt2_all = nullptr, *vt2_all = nullptr, *kp2_all = nullptr;
   Pair *q2 = nullptr, *do2 = nullptr, *qp2 = nullptr, *dop2 = nullptr, *ds2 = nullptr, *pp2 = nullptr, *dsp2 = nullptr;
@@ -390,7 +409,7 @@ struct BackwardWork {
       : g(g_), q(q_), k(k_), v(v_), o(o_), lse(lse_), dout(dout_), dq(dq_), dk(dk_), dv(dv_), q_stride(q_stride_),
         kv_stride(kv_stride_), o_stride(g_.H * g_.hd), lo(lo_), c2(g_.scale * kLog2e), scale(g_.scale), nseg(nseg_) {
     const size_t row_n = static_cast<size_t>(g.nt * kTile * g.hd), tile_n = static_cast<size_t>(kTile * g.hd);
-    bf = bf16_products(g), hp = g.hd / 2;
+    bf = bf16_products(g), hp = g.hd / 2, amx = bf && bf16_pairs::amx_active();
     if (bf) {
       kt2_all = pair_scratch(0, g.nt * hp * kTile);
       vt2_all = pair_scratch(1, g.nt * hp * kTile);
@@ -531,6 +550,53 @@ struct BackwardWork {
     }
   }
 
+  // Steps 3-5 on AMX tiles, for the whole query tile: S and dP over the key vectors any of its rows sees, each
+  // row's softmax gradient (which zeroes what the row does not see), then dQ += dS K over the key pairs any row sees.
+  void query_tile_amx(i64 j) {
+    const i64 hd = g.hd;
+    constexpr int kp = kTile / 2;
+    int v0 = kTile / 16, v1 = 0, kb = kTile, ke = 0;
+    for (int rb = 0; rb * kRB < nq; ++rb)
+      if (tm.v0[rb] < tm.v1[rb])
+        v0 = std::min(v0, tm.v0[rb]), v1 = std::max(v1, tm.v1[rb]), kb = std::min(kb, tm.kb[rb]),
+        ke = std::max(ke, tm.ke[rb]);
+    if (v0 >= v1) {
+      std::fill(pbuf, pbuf + nq * kTile, 0.f);
+      std::fill(dsbuf, dsbuf + nq * kTile, 0.f);
+      return;
+    }
+    pf.step(64);
+    bf16_pairs::product(nq, 16 * (v1 - v0), hp, q2, hp, 1, kt2_all + j * hp * kTile + 16 * v0, kTile, pbuf + 16 * v0,
+                        kTile, false);
+    bf16_pairs::product(nq, 16 * (v1 - v0), hp, do2, hp, 1, vt2_all + j * hp * kTile + 16 * v0, kTile,
+                        dsbuf + 16 * v0, kTile, false);
+    for (int rb = 0; rb * kRB < nq; ++rb)
+      for (int r = rb * kRB; r < std::min(nq, rb * kRB + kRB); ++r)
+        if (tm.v0[rb] < tm.v1[rb]) {
+          softmax_grad_row(r, tm.v0[rb], tm.v1[rb]);
+        } else {
+          std::fill(pbuf + r * kTile, pbuf + (r + 1) * kTile, 0.f);
+          std::fill(dsbuf + r * kTile, dsbuf + (r + 1) * kTile, 0.f);
+        }
+    pf.step(64);
+    const int pa = kb / 2, pz = (ke + 1) / 2;
+    bf16_pairs::round_rows(dsbuf, kTile, nq, kTile, 1.f, ds2, kp);
+    bf16_pairs::product(nq, hd, pz - pa, ds2 + pa, kp, 1, kp2_all + (j * kp + pa) * hd, hd, dqacc, hd, true);
+  }
+
+  // Step 6 on AMX tiles, for the whole key tile over the query pairs that see any of its keys.
+  void key_tile_amx(i64 k0, int nk) {
+    const i64 hd = g.hd;
+    int ra = nq, rz = -1;
+    for (int c = 0; c < nk; ++c)
+      if (tm.ql[c] <= tm.qh[c]) ra = std::min(ra, tm.ql[c]), rz = std::max(rz, tm.qh[c]);
+    if (rz < 0) return;
+    pf.step(128);
+    const int pa = ra / 2, pz = rz / 2 + 1;
+    bf16_pairs::product(nk, hd, pz - pa, pp2 + pa * kTile, 1, kTile, dop2 + pa * hd, hd, dvacc + k0 * hd, hd, true);
+    bf16_pairs::product(nk, hd, pz - pa, dsp2 + pa * kTile, 1, kTile, qp2 + pa * hd, hd, dkacc + k0 * hd, hd, true);
+  }
+
   // Step 4 for query row r, whose visible keys lie in the 16-key vectors [v0, v1) of its block.
   void softmax_grad_row(int r, int v0, int v1) {
     float* prow = pbuf + r * kTile;
@@ -581,12 +647,18 @@ struct BackwardWork {
     const int nk = static_cast<int>(std::min<i64>(kTile, g.T - k0));
     pack_key_tile(j, nk);
     tm.build(lo_row, i0, nq, k0, nk);
-    for (int rb = 0; rb * kRB < nq; ++rb) query_block(j, rb);
+    if (amx)
+      query_tile_amx(j);
+    else
+      for (int rb = 0; rb * kRB < nq; ++rb) query_block(j, rb);
     if (bf) {  // P and dS as query pairs for step 6 (the padding row of an odd nq reads as zero)
       bf16_pairs::pair_rows(pbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, pp2, kTile);
       bf16_pairs::pair_rows(dsbuf, kTile, 0, nq - 1, 0, (nq + 1) / 2, kTile, dsp2, kTile);
     }
-    for (int cb = 0; cb * kRB < nk; ++cb) key_block(k0, nk, cb);
+    if (amx)
+      key_tile_amx(k0, nk);
+    else
+      for (int cb = 0; cb * kRB < nk; ++cb) key_block(k0, nk, cb);
   }
 
   // Steps 1-6 for query tile `it` of head `h`, over the key tiles in its band; its dQ is written once.

@@ -191,9 +191,7 @@ void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float* A, i6
     pair_rows(B, ldb, 0, static_cast<int>(K) - 1, 0, static_cast<int>(K2), N, bp, N);
   else
     round_rows_t(B, ldb, static_cast<int>(N), K, 1.f, bp, N, static_cast<int>(N));
-  for (i64 r0 = 0; r0 < M; r0 += 4)
-    block(static_cast<int>(std::min<i64>(4, M - r0)), N, K2, ap + r0 * a_rs, a_rs, a_ks, bp, N, C + r0 * ldc, ldc,
-          beta != 0.f);
+  product(M, N, K2, ap, a_rs, a_ks, bp, N, C, ldc, beta != 0.f);
 }
 
 }  // namespace hlm::ops::bf16_pairs

@@ -21,6 +21,21 @@ bool available();
 // Whether the kernels use them now: precision() is bf16 and available().
 bool active();
 
+// Whether this CPU multiplies bf16 tiles (AMX-BF16: Intel Sapphire Rapids and later Xeons) and the OS grants the tile
+// state to this process. There vdpbf16ps runs at half the rate of an fp32 FMA (so block() is slower than the fp32
+// kernels) while a tile product is ~8x it: the kernels hand whole tiles to product() instead of 4-row blocks.
+bool amx_available();
+
+// Whether product() uses the tiles: amx_available() and not turned off (HLM_AMX=0 in the environment, or
+// set_amx_allowed(false): comparisons, and tests of both paths on one machine).
+bool amx_active();
+void set_amx_allowed(bool allowed);
+
+// C[M x N] (+)= A B, the layouts of block() but any M: on AMX tiles when amx_active() (operands that are not whole
+// 16 x 16-pair tiles are copied into zero-padded per-thread scratch first), else block() on 4 rows at a time.
+void product(i64 M, i64 N, i64 K2, const Pair* A, i64 a_rs, i64 a_ks, const Pair* B, i64 ldb, float* C, i64 ldc,
+             bool acc);
+
 // C[mr x N] (+)= A B with fp32 accumulation over K2 pairs: A's pair (row r, pair p) is A[r*a_rs + p*a_ks], B's pair
 // (pair p, column n) is B[p*ldb + n]. mr in 1..4; acc: add to C instead of overwriting it.
 void block(int mr, i64 N, i64 K2, const Pair* A, i64 a_rs, i64 a_ks, const Pair* B, i64 ldb, float* C, i64 ldc,
