@@ -113,6 +113,8 @@ Command register_bench(CLI::App& app) {
                                 {"simd", simd_target()}, {"simd_available", simd_targets_available()},
                                 // bf16 attention and scan products (AVX512_BF16) ran, not only the bf16 matmuls
                                 {"bf16_kernels", ops::bf16_pairs::active()},
+                                // ... and on AMX tiles (ops/bf16_amx.cpp; HLM_AMX=0 turns them off)
+                                {"bf16_amx", ops::bf16_pairs::active() && ops::bf16_pairs::amx_active()},
                                 {"cpu", cpu_model_name()}};
             if (!dist::is_root()) return 0;
             if (o->json) print_json(r);
