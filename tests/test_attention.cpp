@@ -433,6 +433,25 @@ void offset_reference(const OffCase& c, const std::vector<float>& q, const std::
       }
 }
 
+// One key-offset case: random q, k, v (padded key rows, so the stride is honoured; seeds from `seed`), the
+// kernel's forward (o, lse) and the double reference (ro, rl).
+struct OffsetRun {
+  std::vector<float> o, lse;
+  std::vector<double> ro, rl;
+};
+OffsetRun run_offset_case(const OffCase& c, uint64_t seed) {
+  const i64 ks = c.Hkv * c.hd + 5;
+  auto q = randn(c.B * c.T * c.H * c.hd, seed + c.T);
+  auto k = randn(c.B * c.Tk * ks, seed + 1 + c.Tk), v = randn(c.B * c.Tk * ks, seed + 2 + c.W);
+  OffsetRun r;
+  offset_reference(c, q, k, v, ks, r.ro, r.rl);
+  r.o = nan_vec(c.B * c.T * c.H * c.hd), r.lse = nan_vec(c.B * c.H * c.T);
+  ops::AttentionArgs s;
+  s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
+  ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), ks), r.o.data(), r.lse.data());
+  return r;
+}
+
 }  // namespace
 
 TEST(Attention, KeyOffsetForwardMatchesDoubleReference) {
@@ -446,17 +465,9 @@ TEST(Attention, KeyOffsetForwardMatchesDoubleReference) {
       {2, 90, 400, 4, 2, 32, 0},  {1, 200, 327, 4, 2, 64, 128}, {1, 40, 167, 4, 2, 64, 128},
   };
   for (const OffCase& c : cs) {
-    const i64 ks = c.Hkv * c.hd + 5;  // padded key rows: the stride is honoured
-    auto q = randn(c.B * c.T * c.H * c.hd, 900 + c.T);
-    auto k = randn(c.B * c.Tk * ks, 901 + c.Tk), v = randn(c.B * c.Tk * ks, 902 + c.W);
-    std::vector<double> ro, rl;
-    offset_reference(c, q, k, v, ks, ro, rl);
-    auto o = nan_vec(c.B * c.T * c.H * c.hd), lse = nan_vec(c.B * c.H * c.T);
-    ops::AttentionArgs s;
-    s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
-    ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), ks), o.data(), lse.data());
-    EXPECT_TRUE(close_rel(o, ro, 2e-6, "o " + c.name()));
-    EXPECT_TRUE(close_rel(lse, rl, 1e-6, "lse " + c.name()));
+    const OffsetRun r = run_offset_case(c, 900);
+    EXPECT_TRUE(close_rel(r.o, r.ro, 2e-6, "o " + c.name()));
+    EXPECT_TRUE(close_rel(r.lse, r.rl, 1e-6, "lse " + c.name()));
   }
 }
 
@@ -597,18 +608,10 @@ TEST(AttentionBf16, KeyOffsetForwardFollowsTheDoubleReference) {
     for (const OffCase& c : {OffCase{1, 1, 200, 2, 1, 32, 0}, OffCase{2, 7, 70, 4, 2, 16, 20},
                              OffCase{1, 65, 190, 4, 1, 32, 64}, OffCase{1, 40, 167, 4, 2, 64, 128},
                              OffCase{3, 33, 96, 2, 2, 24, 127}}) {
-      const i64 ks = c.Hkv * c.hd + 5;
-      auto q = randn(c.B * c.T * c.H * c.hd, 950 + c.T);
-      auto k = randn(c.B * c.Tk * ks, 951 + c.Tk), v = randn(c.B * c.Tk * ks, 952 + c.W);
-      std::vector<double> ro, rl;
-      offset_reference(c, q, k, v, ks, ro, rl);
-      auto o = nan_vec(c.B * c.T * c.H * c.hd), lse = nan_vec(c.B * c.H * c.T);
-      ops::AttentionArgs s;
-      s.B = c.B, s.T = c.T, s.Tk = c.Tk, s.H = c.H, s.Hkv = c.Hkv, s.hd = c.hd, s.window = c.W;
       const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
-      ops::attention_forward(with_inputs(s, q.data(), c.H * c.hd, k.data(), v.data(), ks), o.data(), lse.data());
-      EXPECT_TRUE(close_rel(o, ro, bf16_tol(4), "o " + c.name()));
-      EXPECT_TRUE(close_rel(lse, rl, bf16_tol(2), "lse " + c.name()));
+      const OffsetRun r = run_offset_case(c, 950);
+      EXPECT_TRUE(close_rel(r.o, r.ro, bf16_tol(4), "o " + c.name()));
+      EXPECT_TRUE(close_rel(r.lse, r.rl, bf16_tol(2), "lse " + c.name()));
     }
   });
 }

@@ -143,14 +143,14 @@ inline double bf16_tol(double depth) { return kFp32Lambda * kBf16UnitRoundoff * 
 // vdpbf16ps blocks; the path is named in failures, and the setting restored after.
 template <typename Body>
 void for_each_bf16_product_path(Body&& body) {
-  const bool before = ::hlm::ops::bf16_pairs::amx_active();
+  const bool before = ::hlm::ops::bf16_pairs::set_amx_allowed(true);
   for (bool amx : {true, false}) {
     if (amx && !::hlm::ops::bf16_pairs::amx_available()) continue;
     SCOPED_TRACE(amx ? "bf16 products on AMX tiles" : "bf16 products on vdpbf16ps blocks");
     ::hlm::ops::bf16_pairs::set_amx_allowed(amx);
     body();
   }
-  ::hlm::ops::bf16_pairs::set_amx_allowed(before || !::hlm::ops::bf16_pairs::amx_available());
+  ::hlm::ops::bf16_pairs::set_amx_allowed(before);
 }
 
 // rms(a - b) / rms(b): how far a bf16 run is from the fp32 kernel's (tests check bf16 really ran: > 0.1 u_bf).

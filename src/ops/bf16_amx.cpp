@@ -173,7 +173,7 @@ bool amx_available() {
 
 bool amx_active() { return g_allowed.load(std::memory_order_relaxed) && amx_available(); }
 
-void set_amx_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
+bool set_amx_allowed(bool allowed) { return g_allowed.exchange(allowed, std::memory_order_relaxed); }
 
 }  // namespace hlm::ops::bf16_pairs
 
@@ -184,7 +184,7 @@ void set_amx_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_
 namespace hlm::ops::bf16_pairs {
 bool amx_available() { return false; }
 bool amx_active() { return false; }
-void set_amx_allowed(bool) {}
+bool set_amx_allowed(bool) { return true; }
 }  // namespace hlm::ops::bf16_pairs
 
 #define HLM_HAVE_AMX 0

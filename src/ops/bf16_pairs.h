@@ -30,7 +30,8 @@ bool amx_available();
 // Whether product() uses the tiles: amx_available() and not turned off (HLM_AMX=0 in the environment, or
 // set_amx_allowed(false): comparisons, and tests of both paths on one machine).
 bool amx_active();
-void set_amx_allowed(bool allowed);
+// Returns the previous setting.
+bool set_amx_allowed(bool allowed);
 
 // C[M x N] (+)= A B, the layouts of block() but any M: on AMX tiles when amx_active() (operands that are not whole
 // 16 x 16-pair tiles are copied into zero-padded per-thread scratch first), else block() on 4 rows at a time.
