@@ -1,9 +1,10 @@
 // The scans' dispatched vector pieces (ops/scan_simd.h) against plain double references: the vector exp against
-// std::exp, the forward substitution T = (I + M)^-1 against the same recurrence in double, and the row and band
-// operations (float and double) against plain double loops. The ctest entry
+// std::exp, the forward substitution T = (I + M)^-1 against the same recurrence in double, and the row, band and
+// token-step state operations (float and double) against plain double loops. The ctest entry
 // simd_fallback_kernels runs them again on the portable target.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -227,6 +228,68 @@ void check_band_ops(i64 L) {
   }
 }
 
+// Depth of K-term sums whose terms cancel (testing.h: kappa^2 times the length), kappa the ratio of the RMS of
+// the sums of |terms| to the RMS of the sums: a rank-one state's read-out is one dot product in every column.
+double cancelling_sums_depth(i64 K, const std::vector<double>& abs_sums, const std::vector<double>& sums) {
+  double a = 0, s = 0;
+  for (size_t j = 0; j < sums.size(); ++j) a += abs_sums[j] * abs_sums[j], s += sums[j] * sums[j];
+  return double(K) * std::max(1.0, a / s);
+}
+
+// The recurrent token step's kernels on a state [K, V]: S^T x and S^T y in one pass, and a S + x u^T with the
+// read-out qs S^T q of the updated state; a == 0 overwrites a state holding inf.
+template <typename T>
+void check_state_step_ops(i64 K, i64 V) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<T, float> ? "float" : "double") << " K = " << K
+                                    << " V = " << V);
+  const auto S0 = uniform_vec<T>(K * V, 20 + K * V), x = uniform_vec<T>(K, 21 + K), y = uniform_vec<T>(K, 22);
+  const auto u = uniform_vec<T>(V, 23 + V);
+  auto dd = [](const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); };
+  for (bool with_y : {true, false}) {
+    std::vector<T> Sx(V + 1, T(7)), Sy(V + 1, T(7));
+    state_transpose_products(S0.data(), K, V, x.data(), with_y ? y.data() : nullptr, Sx.data(), Sy.data());
+    std::vector<double> wx(V, 0.0), wy(V, 0.0), ax(V, 0.0), ay(V, 0.0);
+    for (i64 i = 0; i < K; ++i)
+      for (i64 j = 0; j < V; ++j) {
+        wx[j] += double(x[i]) * double(S0[i * V + j]);
+        wy[j] += double(y[i]) * double(S0[i * V + j]);
+        ax[j] += std::abs(double(x[i]) * double(S0[i * V + j]));
+        ay[j] += std::abs(double(y[i]) * double(S0[i * V + j]));
+      }
+    EXPECT_EQ(Sx[V], T(7));
+    EXPECT_EQ(Sy[V], T(7));
+    Sx.pop_back(), Sy.pop_back();
+    EXPECT_TRUE(close_rel(dd(Sx), wx, row_op_tol<T>(cancelling_sums_depth(K, ax, wx)), "S^T x"));
+    if (with_y)
+      EXPECT_TRUE(close_rel(dd(Sy), wy, row_op_tol<T>(cancelling_sums_depth(K, ay, wy)), "S^T y"));
+    else
+      EXPECT_EQ(Sy, std::vector<T>(V, T(7))) << "Sy written without y";
+  }
+  for (int variant = 0; variant < 3; ++variant) {  // decay only, decay and read-out, overwrite and read-out
+    const T a = variant == 2 ? T(0) : T(0.875), qs = T(0.25);
+    std::vector<T> S = S0, o(V + 1, T(7));
+    if (variant == 2) S[0] = std::numeric_limits<T>::infinity();
+    S.push_back(T(7));
+    state_decay_rank1(S.data(), K, V, a, x.data(), u.data(), qs, variant ? y.data() : nullptr, o.data());
+    EXPECT_EQ(S.back(), T(7));
+    EXPECT_EQ(o.back(), T(7));
+    S.pop_back(), o.pop_back();
+    std::vector<double> wS(K * V), wo(V, 0.0), ao(V, 0.0);
+    for (i64 i = 0; i < K; ++i)
+      for (i64 j = 0; j < V; ++j) {
+        wS[i * V + j] = double(a) * (variant == 2 ? 0.0 : double(S0[i * V + j])) + double(x[i]) * double(u[j]);
+        wo[j] += double(qs) * double(y[i]) * wS[i * V + j];
+        ao[j] += std::abs(double(qs) * double(y[i]) * wS[i * V + j]);
+      }
+    EXPECT_TRUE(close_rel(dd(S), wS, row_op_tol<T>(2), "a S + x u^T, variant " + std::to_string(variant)));
+    if (variant)
+      EXPECT_TRUE(close_rel(dd(o), wo, row_op_tol<T>(3 + cancelling_sums_depth(K, ao, wo)),
+                            "qs S^T q, variant " + std::to_string(variant)));
+    else
+      EXPECT_EQ(o, std::vector<T>(V, T(7))) << "o written without q";
+  }
+}
+
 }  // namespace
 
 TEST(ScanSimd, RowOperationsMatchPlainLoops) {
@@ -242,4 +305,12 @@ TEST(ScanSimd, BandOperationsMatchPlainLoops) {
     check_band_ops<float>(L);
     check_band_ops<double>(L);
   }
+}
+
+TEST(ScanSimd, StateStepOperationsMatchPlainLoops) {
+  for (i64 K : {1, 5, 32})
+    for (i64 V : {1, 7, 16, 17, 40, 64, 130}) {
+      check_state_step_ops<float>(K, V);
+      check_state_step_ops<double>(K, V);
+    }
 }

@@ -111,6 +111,22 @@ void token_forward(i64 K, i64 V, F* S, const F* q, const F* k, const F* v, F g, 
   }
 }
 
+// token_forward for decoding, the same arithmetic on the dispatched vector kernels (ops/scan_simd.h): one pass
+// reads S^T k and S^T q, a second writes a S + k u^T. token_forward stays the plain reference the tests check.
+template <typename F>
+void token_step(i64 K, i64 V, F* S, const F* q, const F* k, const F* v, F g, F beta, F* o, F* rk, F* rq) {
+  const F a = std::exp(g);
+  state_transpose_products(S, K, V, k, q, rk, rq);
+  F kq = 0;
+  for (i64 i = 0; i < K; ++i) kq += k[i] * q[i];
+  for (i64 j = 0; j < V; ++j) {
+    const F u = beta * (v[j] - a * rk[j]);
+    o[j] = a * rq[j] + u * kq;
+    rk[j] = u;
+  }
+  state_decay_rank1(S, K, V, a, k, rk, F(0), static_cast<const F*>(nullptr), static_cast<F*>(nullptr));
+}
+
 // Backward of one token (docs/gated_delta.md §2). Sp = state before the token (nullptr = zero, i.e. a document
 // start), St = state after it; dS [K, V] holds dL/dS_t on entry and dL/dS_{t-1} on exit.
 template <typename F>
@@ -501,8 +517,8 @@ void gated_delta_step(const GatedDeltaArgs<F>& a, OutBuf<F> state, OutBuf<F> o) 
     F* rk = thread_scratch<F>(0, 2 * d.V);
     for (i64 bh = lo; bh < hi; ++bh) {
       const i64 b = bh / d.H, h = bh % d.H;
-      token_forward(d.K, d.V, state + bh * KV, a.q + b * d.qs + h * d.K, a.k + b * d.ks + h * d.K,
-                    a.v + b * d.vs + h * d.V, a.g[bh], a.beta[bh], o + bh * d.V, rk, rk + d.V);
+      token_step(d.K, d.V, state + bh * KV, a.q + b * d.qs + h * d.K, a.k + b * d.ks + h * d.K,
+                 a.v + b * d.vs + h * d.V, a.g[bh], a.beta[bh], o + bh * d.V, rk, rk + d.V);
     }
   });
 }

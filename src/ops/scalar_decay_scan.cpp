@@ -413,9 +413,9 @@ void scalar_decay_step(const ScalarDecayArgs<Real>& a, OutBuf<Real> state, OutBu
       [&](i64 lo, i64 hi) {
         for (i64 bh = lo; bh < hi; ++bh) {
           const i64 b = bh / G.H, h = bh % G.H;
-          Real* S = state + bh * G.KV();
-          advance(G, b, 0, h, S);
-          emit(G, b, 0, h, S, o + G.orow(b, 0, h));
+          // advance then emit in one pass over S, on the dispatched kernel (no document start here).
+          state_decay_rank1(state + bh * G.KV(), G.K, G.V, Real(std::exp(G.gv(b, 0, h))), G.kp(b, 0, h / G.G),
+                            G.vp(b, 0, h), G.scale, G.qp(b, 0, h / G.G), o + G.orow(b, 0, h));
         }
       },
       min_tasks(G.KV() * 3));

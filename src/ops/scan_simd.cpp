@@ -142,6 +142,74 @@ void lower_row_minus_col_sums_t(const T* Z, T* dgam, i64 L, i64 ld) {
   }
 }
 
+// ---- the linear mixers' recurrent token step (decoding) on a state S [K, V] ----
+// Columns go in blocks of up to kStepBlock vectors whose sums stay in registers while the rows stream past, so S is
+// read (and written) once per call; every column's sum runs over the rows in order, as the plain loops do.
+constexpr i64 kStepBlock = 4;
+
+// The vectors of the column block starting at j0 (of V columns): how many (returned) and their element counts.
+inline i64 step_block(i64 V, i64 j0, i64 N, size_t* cnt) {
+  const i64 nb = std::min<i64>(kStepBlock, (V - j0 + N - 1) / N);
+  for (i64 b = 0; b < nb; ++b) cnt[b] = static_cast<size_t>(std::min(N, V - j0 - b * N));
+  return nb;
+}
+
+template <typename T>
+void state_transpose_products_t(const T* S, i64 K, i64 V, const T* x, const T* y, T* Sx, T* Sy) {
+  const hn::ScalableTag<T> d;
+  using Vec = hn::Vec<decltype(d)>;
+  const i64 N = static_cast<i64>(hn::Lanes(d));
+  for (i64 j0 = 0; j0 < V; j0 += kStepBlock * N) {
+    size_t cnt[kStepBlock];
+    const i64 nb = step_block(V, j0, N, cnt);
+    Vec ax[kStepBlock], ay[kStepBlock];
+    for (i64 b = 0; b < nb; ++b) ax[b] = ay[b] = hn::Zero(d);
+    for (i64 i = 0; i < K; ++i) {
+      const T* row = S + i * V + j0;
+      const Vec xi = hn::Set(d, x[i]), yi = hn::Set(d, y ? y[i] : T(0));
+      for (i64 b = 0; b < nb; ++b) {
+        const Vec s = load_part(d, row + b * N, cnt[b]);
+        ax[b] = hn::MulAdd(xi, s, ax[b]);
+        if (y) ay[b] = hn::MulAdd(yi, s, ay[b]);
+      }
+    }
+    for (i64 b = 0; b < nb; ++b) {
+      store_part(d, ax[b], Sx + j0 + b * N, cnt[b]);
+      if (y) store_part(d, ay[b], Sy + j0 + b * N, cnt[b]);
+    }
+  }
+}
+
+template <typename T>
+void state_decay_rank1_t(T* S, i64 K, i64 V, T a, const T* x, const T* u, T qs, const T* q, T* o) {
+  const hn::ScalableTag<T> d;
+  using Vec = hn::Vec<decltype(d)>;
+  const i64 N = static_cast<i64>(hn::Lanes(d));
+  const Vec av = hn::Set(d, a);
+  for (i64 j0 = 0; j0 < V; j0 += kStepBlock * N) {
+    size_t cnt[kStepBlock];
+    const i64 nb = step_block(V, j0, N, cnt);
+    Vec uv[kStepBlock], acc[kStepBlock];
+    for (i64 b = 0; b < nb; ++b) {
+      uv[b] = load_part(d, u + j0 + b * N, cnt[b]);
+      acc[b] = hn::Zero(d);
+    }
+    for (i64 i = 0; i < K; ++i) {
+      T* row = S + i * V + j0;
+      const Vec xi = hn::Set(d, x[i]), qi = hn::Set(d, q ? T(qs * q[i]) : T(0));
+      for (i64 b = 0; b < nb; ++b) {
+        // a == 0 overwrites: a reset must not carry a non-finite old state (0 * inf).
+        const Vec s = a == T(0) ? hn::Mul(xi, uv[b])
+                                : hn::MulAdd(xi, uv[b], hn::Mul(av, load_part(d, row + b * N, cnt[b])));
+        store_part(d, s, row + b * N, cnt[b]);
+        if (q) acc[b] = hn::MulAdd(qi, s, acc[b]);
+      }
+    }
+    if (q)
+      for (i64 b = 0; b < nb; ++b) store_part(d, acc[b], o + j0 + b * N, cnt[b]);
+  }
+}
+
 }  // namespace
 
 void exp_inplace_impl(float* x, i64 n) {
@@ -176,6 +244,12 @@ void unit_lower_inverse_f64(const double* A, const double* Gam, const double* be
   }                                                                                                              \
   void lower_row_minus_col_sums_##sfx(const T* Z, T* dgam, i64 L, i64 ld) {                                    \
     lower_row_minus_col_sums_t(Z, dgam, L, ld);                                                                  \
+  }                                                                                                              \
+  void state_transpose_products_##sfx(const T* S, i64 K, i64 V, const T* x, const T* y, T* Sx, T* Sy) {          \
+    state_transpose_products_t(S, K, V, x, y, Sx, Sy);                                                           \
+  }                                                                                                              \
+  void state_decay_rank1_##sfx(T* S, i64 K, i64 V, T a, const T* x, const T* u, T qs, const T* q, T* o) {        \
+    state_decay_rank1_t(S, K, V, a, x, u, qs, q, o);                                                             \
   }
 HLM_SCAN_ROW_OPS(float, f32)
 HLM_SCAN_ROW_OPS(double, f64)
@@ -217,6 +291,8 @@ void unit_lower_inverse(const double* A, const double* Gamma, const double* beta
   HWY_EXPORT(decay_band_grads_##sfx);                                                                          \
   HWY_EXPORT(delta_a0_grads_##sfx);                                                                            \
   HWY_EXPORT(lower_row_minus_col_sums_##sfx);                                                                  \
+  HWY_EXPORT(state_transpose_products_##sfx);                                                                  \
+  HWY_EXPORT(state_decay_rank1_##sfx);                                                                         \
   void axpy(T a, const T* x, T* y, i64 n) {                                                                    \
     init_simd();                                                                                               \
     HWY_DYNAMIC_DISPATCH(axpy_##sfx)(a, x, y, n);                                                              \
@@ -248,6 +324,14 @@ void unit_lower_inverse(const double* A, const double* Gamma, const double* beta
   void lower_row_minus_col_sums(const T* Z, T* dgam, i64 L, i64 ld) {                                          \
     init_simd();                                                                                               \
     HWY_DYNAMIC_DISPATCH(lower_row_minus_col_sums_##sfx)(Z, dgam, L, ld);                                      \
+  }                                                                                                            \
+  void state_transpose_products(const T* S, i64 K, i64 V, const T* x, const T* y, T* Sx, T* Sy) {              \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(state_transpose_products_##sfx)(S, K, V, x, y, Sx, Sy);                               \
+  }                                                                                                            \
+  void state_decay_rank1(T* S, i64 K, i64 V, T a, const T* x, const T* u, T qs, const T* q, T* o) {            \
+    init_simd();                                                                                               \
+    HWY_DYNAMIC_DISPATCH(state_decay_rank1_##sfx)(S, K, V, a, x, u, qs, q, o);                                 \
   }
 HLM_SCAN_ROW_OPS(float, f32)
 HLM_SCAN_ROW_OPS(double, f64)

@@ -69,4 +69,19 @@ void delta_a0_grads(const double* dM, const double* Gm, const double* A, const d
 void lower_row_minus_col_sums(const float* Z, float* dgam, i64 L, i64 ld);
 void lower_row_minus_col_sums(const double* Z, double* dgam, i64 L, i64 ld);
 
+// ---- the linear mixers' recurrent token step (decoding), on one head's state S [K, V] (row-major) ----
+// Each reads S once, in vector blocks of columns with their sums in registers (declared for float and double).
+
+// Sx = S^T x and, when y != nullptr, Sy = S^T y (x, y: K elements; Sx, Sy: V).
+void state_transpose_products(const float* S, i64 K, i64 V, const float* x, const float* y, float* Sx, float* Sy);
+void state_transpose_products(const double* S, i64 K, i64 V, const double* x, const double* y, double* Sx,
+                              double* Sy);
+
+// S = a S + x u^T (x: K, u: V; a == 0 overwrites S, whatever it held), then, when q != nullptr, o = qs S^T q read
+// from the updated S in the same pass (q: K, o: V).
+void state_decay_rank1(float* S, i64 K, i64 V, float a, const float* x, const float* u, float qs, const float* q,
+                       float* o);
+void state_decay_rank1(double* S, i64 K, i64 V, double a, const double* x, const double* u, double qs,
+                       const double* q, double* o);
+
 }  // namespace hlm::ops
