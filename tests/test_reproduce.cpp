@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
+#include "ops/bf16_pairs.h"
 #include "ops/precision.h"
 
 extern char** environ;
@@ -195,7 +196,12 @@ TEST(Reproduce, PrecisionBf16TrainsEveryRunInBf16OrIsRefusedUpFront) {
     ++runs;
   }
   EXPECT_EQ(runs, 2);  // swa-small and swa-small-nope, one seed
-  EXPECT_NE(slurp(out / "report.md").find("`--precision bf16`"), std::string::npos);
+  const std::string report = slurp(out / "report.md");
+  EXPECT_NE(report.find("`--precision bf16`"), std::string::npos);
+  // ... and which bf16 product path ran, which sets its rounding (AMX tiles or vdpbf16ps).
+  EXPECT_EQ(f["run"]["bf16_amx"], hlm::ops::bf16_pairs::amx_active());
+  EXPECT_NE(report.find(hlm::ops::bf16_pairs::amx_active() ? "ran on AMX tiles" : "ran with `vdpbf16ps`"),
+            std::string::npos);
   // The folder keeps its precision: an fp32 rerun into it is refused.
   expect_error(run("reproduce --budget tiny --only d --out " + out.string()), "field 'precision' is \"bf16\"");
 }

@@ -23,6 +23,7 @@
 #include "eval/scaling.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "ops/bf16_pairs.h"
 #include "ops/precision.h"
 #include "study/child_process.h"
 #include "study/json_file.h"
@@ -674,6 +675,8 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
           {"run", {{"finished", now_iso()}, {"wall_seconds", wall_total}, {"jobs", s.jobs},
                    {"threads_per_job", s.threads}, {"cores", cores()}, {"cpu", cpu_model_name()},
                    {"precision", s.precision},
+                   // bf16 rounds differently on AMX tiles (ops/bf16_amx.cpp) than with vdpbf16ps: say which ran
+                   {"bf16_amx", s.precision == "bf16" && ops::bf16_pairs::amx_active()},
                    {"simd", simd_target()}, {"tasks", s.tasks.size()},
                    {"tasks_failed", g.failed}, {"tasks_skipped", g.skipped}, {"errors", g.errors}}},
           {"findings", findings}};
