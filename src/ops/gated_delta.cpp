@@ -81,6 +81,17 @@ i64 max_segments(const Geo& d) {
 // ------------------------------------------------------------------------------------------------
 // Recurrent form (docs/gated_delta.md §1, §2)
 
+// The delta rule's middle step, shared by token_forward and token_step: with rk = S^T k and rq = S^T q of the state
+// before the token, rk becomes u = beta (v - a S^T k), and o (if given) the read-out a S^T q + u (k . q).
+template <typename F>
+void delta_and_readout(i64 V, F a, F beta, const F* v, F kq, F* rk, const F* rq, F* o) {
+  for (i64 j = 0; j < V; ++j) {
+    const F u = beta * (v[j] - a * rk[j]);
+    if (o) o[j] = a * rq[j] + u * kq;
+    rk[j] = u;
+  }
+}
+
 // One token on state S [K, V] in place: S~ = a S; u = beta (v - S~^T k); S = S~ + k u^T; o = S^T q.
 // Uses S^T q = a S_prev^T q + u (k.q) so the state is read once and updated once. o may be nullptr.
 template <typename F>
@@ -99,11 +110,7 @@ void token_forward(i64 K, i64 V, F* S, const F* q, const F* k, const F* v, F g, 
       for (i64 j = 0; j < V; ++j) rq[j] += qi * Si[j];
     }
   }
-  for (i64 j = 0; j < V; ++j) {
-    const F u = beta * (v[j] - a * rk[j]);
-    if (o) o[j] = a * rq[j] + u * kq;
-    rk[j] = u;
-  }
+  delta_and_readout(V, a, beta, v, kq, rk, rq, o);
   for (i64 i = 0; i < K; ++i) {
     F* Si = S + i * V;
     const F ki = k[i];
@@ -117,13 +124,7 @@ template <typename F>
 void token_step(i64 K, i64 V, F* S, const F* q, const F* k, const F* v, F g, F beta, F* o, F* rk, F* rq) {
   const F a = std::exp(g);
   state_transpose_products(S, K, V, k, q, rk, rq);
-  F kq = 0;
-  for (i64 i = 0; i < K; ++i) kq += k[i] * q[i];
-  for (i64 j = 0; j < V; ++j) {
-    const F u = beta * (v[j] - a * rk[j]);
-    o[j] = a * rq[j] + u * kq;
-    rk[j] = u;
-  }
+  delta_and_readout(V, a, beta, v, dot(k, q, K), rk, rq, o);
   state_decay_rank1(S, K, V, a, k, rk, F(0), static_cast<const F*>(nullptr), static_cast<F*>(nullptr));
 }
 

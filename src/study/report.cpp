@@ -346,20 +346,23 @@ std::string write_report(const json& all, const std::string& dir) {
                     run.value("threads_per_job", 0) == 1 ? "" : "s", run.value("tasks", 0), run.value("tasks_failed", 0),
                     run.value("tasks_skipped", 0));
   for (auto& e : run.value("errors", json::array())) md += fmt::format("  - failed: {}\n", e.get<std::string>());
-  if (const std::string p = run.value("precision", std::string()); p == "bf16")  // absent in studies before the option
+  if (const std::string p = run.value("precision", std::string()); p == "bf16") {  // absent before the option
+    // Which bf16 product path ran (absent in studies before it was recorded): AMX and vdpbf16ps round differently.
+    std::string product_path;
+    if (run.value("bf16_amx", false))
+      product_path = " The attention and scan products ran on AMX tiles (this CPU has AMX-BF16), whose sums round "
+                     "differently from `vdpbf16ps`: bf16 runs agree across machines only as closely as their rounding "
+                     "does.";
+    else if (run.contains("bf16_amx"))
+      product_path = " The attention and scan products ran with `vdpbf16ps` (AVX512_BF16), not on AMX tiles.";
     md += fmt::format("- Precision: every training ran with `--precision bf16` (bf16 matmul operands, fp32 "
                       "accumulation, weights and optimizer state; docs/precision.md measures its loss within 1% of "
                       "fp32), so the validation loss it logs is a bf16 forward; LongPPL, NIAH, RULER and the probes "
                       "ran in fp32.{}\n",
-                      !run.contains("bf16_amx")         ? ""
-                      : run.value("bf16_amx", false) ? " The attention and scan products ran on AMX tiles (this CPU "
-                                                         "has AMX-BF16), whose sums round differently from "
-                                                         "`vdpbf16ps`: bf16 runs agree across machines only as "
-                                                         "closely as their rounding does."
-                                                     : " The attention and scan products ran with `vdpbf16ps` "
-                                                       "(AVX512_BF16), not on AMX tiles.");
-  else if (!p.empty())
+                      product_path);
+  } else if (!p.empty()) {
     md += fmt::format("- Precision: {} throughout.\n", p);
+  }
   const json amendments = plan.value("amendments", json::array());
   if (amendments.empty())
     md += "- The verdict rules and their parameters were written in the plan before the runs (findings.json keeps "
