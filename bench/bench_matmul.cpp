@@ -53,6 +53,15 @@ BENCHMARK(BM_Matmul)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Name("BM_MatmulStudySmall");
+// The chunked scans' products at the small study's heads (chunk 64, head_dim 32; Mamba-2's d_state 64): thousands of
+// these per step, each too small for the GEMM to reach its peak (compare with BM_MatmulStudySmall).
+BENCHMARK(BM_Matmul)
+    ->Args({64, 64, 32})
+    ->Args({64, 32, 64})
+    ->Args({64, 64, 64})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->Name("BM_MatmulScanChunk");
 
 // The three products of each of the MLP's two linear layers y = x W^T (forward NT; backward dx = dy W, NN;
 // dW += dy^T x, TN) at T tokens, d_model d and d_ff ff (gate|up fused: 2 ff outputs; then down). Args trans_a,
