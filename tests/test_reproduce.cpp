@@ -151,6 +151,8 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   expect_error(run("reproduce --budget small --out " + out.string()), "field 'budget' is \"tiny\"");
 
   // A study grows its seeds: --seeds 2 trains seed 2 of what is asked for and keeps seed 1 as it was.
+  const json one_seed = read_json(out / "findings.json");
+  EXPECT_TRUE(one_seed["run"]["seeds_added"].empty()) << one_seed["run"].dump();
   const fs::path seed1 = out / "runs" / "swa-small-nope-x2-s1" / "run.json";
   const std::string seed1_before = slurp(seed1);
   const auto seed1_time = fs::last_write_time(seed1);
@@ -166,11 +168,26 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   const json g = read_json(out / "findings.json");
   EXPECT_EQ(g["seeds"], 2);
   EXPECT_EQ(g["findings"][0]["data"]["per_seed"]["swa-small-nope"].size(), 2u);
+  // ... and records that it did so over a 1-seed report, with that report's verdicts, which its own report repeats.
+  ASSERT_EQ(g["run"]["seeds_added"].size(), 1u) << g["run"].dump();
+  const json& grew = g["run"]["seeds_added"][0];
+  EXPECT_EQ(grew["from"], 1);
+  EXPECT_EQ(grew["to"], 2);
+  EXPECT_EQ(grew["report_finished"], one_seed["run"]["finished"]);
+  ASSERT_EQ(grew["report_verdicts"].size(), 4u) << grew.dump();
+  for (auto& f : one_seed["findings"]) EXPECT_EQ(grew["report_verdicts"][f["id"].get<std::string>()], f["verdict"]);
+  const std::string grown_report = slurp(out / "report.md");
+  EXPECT_NE(grown_report.find("**Seeds added after a report.** The study grew from 1 to 2 seeds after its 1-seed "
+                              "report (finished " + one_seed["run"]["finished"].get<std::string>() + ")"),
+            std::string::npos) << grown_report;
+  EXPECT_NE(grown_report.find("(verdicts: a " + one_seed["findings"][0]["verdict"].get<std::string>() + "; b "),
+            std::string::npos) << grown_report;
   // Without --seeds a rerun keeps the folder's 2; fewer seeds than the folder holds are refused.
   Result kept = run("reproduce --budget tiny --only d --out " + out.string());
   ASSERT_EQ(kept.code, 0) << kept.err;
   EXPECT_EQ(kept.err.find(": train "), std::string::npos) << kept.err;
   EXPECT_EQ(read_json(out / "study.json")["seeds"], 2);
+  EXPECT_EQ(read_json(out / "findings.json")["run"]["seeds_added"], g["run"]["seeds_added"]);  // kept, not repeated
   expect_error(run("reproduce --budget tiny --seeds 1 --out " + out.string()), "field 'seeds' is 2");
 }
 

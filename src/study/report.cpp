@@ -3,8 +3,11 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "eval/plot.h"
@@ -374,6 +377,22 @@ std::string write_report(const json& all, const std::string& dir) {
   md += std::string(amendments.empty() ? "each" : "- Each") +
         " verdict follows its rule mechanically: **holds**, **does not hold**, or **inconclusive** (the effect is "
         "within the seed spread, too few seeds, or the runs did not learn the skill).\n";
+  // Seeds added to a folder that already held a report (reproduce.cpp seed_growth): a reader should know which
+  // verdicts had been there to see, since adding seeds until a finding looks decided is a choice the rules do not model.
+  const json growths = run.value("seeds_added", json::array());  // named copies: items() of a temporary would dangle
+  for (auto& grow : growths) {
+    std::vector<std::string> seen;
+    const json verdicts = grow.value("report_verdicts", json::object());
+    for (auto& [id, v] : verdicts.items())
+      seen.push_back(fmt::format("{} {}", id, v.get<std::string>()));
+    const std::string finished = grow.value("report_finished", std::string());
+    md += fmt::format("- **Seeds added after a report.** The study grew from {} to {} seeds after its {}-seed report{} "
+                      "had been written (verdicts: {}). If a verdict seen there is why seeds were added, the verdicts "
+                      "here carry that choice (adding seeds until a finding looks decided makes a decision likelier "
+                      "than the rules' 95% bounds say): read them beside the earlier ones.\n",
+                      grow.value("from", 0), grow.value("to", 0), grow.value("from", 0),
+                      finished.empty() ? "" : fmt::format(" (finished {})", finished), fmt::join(seen, "; "));
+  }
   md += fmt::format("- Regenerate this page from findings.json alone: `hybridlm reproduce --report-only --out {}`.\n", dir);
   md += "- Hybrids: ";
   bool first = true;

@@ -633,7 +633,26 @@ json collect_nope(const Study& s, const FindingSpec& f) {
                     {"ruler_skipped", ruler_skipped}}}};
 }
 
-json collect(const Study& s, const GraphOutcome& g, double wall_total) {
+// How this folder's study grew its seeds after a report had been written there, oldest first. A run with more seeds
+// than the findings.json it will replace keeps that report's seed count, finish time and verdicts, since a verdict
+// seen before seeds are added may be why they were added (the report then says so); earlier entries carry over.
+json seed_growth(const fs::path& findings_file, int seeds) {
+  if (!fs::exists(findings_file)) return json::array();
+  const json before = read_json_file(findings_file.string(), "the study's last findings");
+  const json run = before.value("run", json::object());
+  json growth = run.value("seeds_added", json::array());
+  const json had = before.value("seeds", json());
+  if (had.is_number_integer() && had.get<int>() >= 1 && seeds > had.get<int>()) {
+    json verdicts = json::object();
+    for (auto& f : before.value("findings", json::array()))
+      verdicts[f.value("id", std::string("?"))] = f.value("verdict", std::string());
+    growth.push_back({{"from", had}, {"to", seeds}, {"report_finished", run.value("finished", std::string())},
+                      {"report_verdicts", verdicts}});
+  }
+  return growth;
+}
+
+json collect(const Study& s, const GraphOutcome& g, double wall_total, const json& seeds_added) {
   json hybrids = json::object();
   for (auto& r : s.runs)
     if (!hybrids.contains(r.hybrid)) {
@@ -677,7 +696,7 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total) {
                    {"precision", s.precision},
                    // bf16 rounds differently on AMX tiles (ops/bf16_amx.cpp) than with vdpbf16ps: say which ran
                    {"bf16_amx", s.precision == "bf16" && ops::bf16_pairs::amx_active()},
-                   {"simd", simd_target()}, {"tasks", s.tasks.size()},
+                   {"simd", simd_target()}, {"seeds_added", seeds_added}, {"tasks", s.tasks.size()},
                    {"tasks_failed", g.failed}, {"tasks_skipped", g.skipped}, {"errors", g.errors}}},
           {"findings", findings}};
 }
@@ -757,6 +776,8 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
     st["seeds"] = s.seeds;
     st["wall_seconds"] = have.value("wall_seconds", 0.0);
   }
+  // Read before any task runs: the findings.json there now is the report a reader may have seen.
+  const json seeds_added = o.dry_run || o.rank > 0 ? json::array() : seed_growth(out / "findings.json", s.seeds);
   const std::string markers = (out / ".rank-markers").string();  // tasks that failed on some rank
   // Rank 0 prepares the data (the others then find it cached).
   if (o.rank == 0) s.data = study_data(s);
@@ -807,7 +828,7 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
     res.exit_code = 130;
     return res;
   }
-  const json findings = collect(s, g, st["wall_seconds"].get<double>());
+  const json findings = collect(s, g, st["wall_seconds"].get<double>(), seeds_added);
   res.findings = (out / "findings.json").string();
   write_file_atomic(res.findings, findings.dump(1) + "\n");
   res.report = write_report(findings, o.out);
