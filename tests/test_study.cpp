@@ -30,6 +30,32 @@ TEST(StudyVerdict, DirectionalRule) {
   EXPECT_EQ(verdict_name(Verdict::kDoesNotHold), "does not hold");
 }
 
+// An effect exactly at a rule's threshold is decided by the rule (mean >= margin holds), not by which way its
+// floating-point value rounded: seven seeds' onset effects of the laziness finding (in fractions of a 1500-step run)
+// average to 0.0999... for a 0.1 margin, and 0.7 - 0.4 is 0.29999999999999993.
+TEST(StudyVerdict, ExactTiesAreDecidedByTheRuleNotByRounding) {
+  std::vector<double> onsets;
+  for (double d : {-150.0, 300.0, 300.0, 300.0, 0.0, 0.0, 300.0}) onsets.push_back(d / 1500);
+  ASSERT_LT(spread_of(onsets).mean, 0.1);  // the rounding the rule must not see
+  SeedRule t;
+  t.interval = "t";
+  const VerdictResult seven = directional(onsets, 0.1, t);
+  EXPECT_EQ(seven.verdict, Verdict::kHolds) << seven.reason;
+  const double tie = 0.7 - 0.4;
+  ASSERT_LT(tie, 0.3);
+  EXPECT_EQ(directional({tie, tie}, 0.3, 2).verdict, Verdict::kHolds);  // sd 0: the bounds are the mean
+  EXPECT_EQ(directional({tie, tie}, 0.3 + 1e-6, 2).verdict, Verdict::kDoesNotHold);  // a real shortfall still counts
+  // NIAH means on the learned_min threshold: 0.1 + 0.2 is above 0.3 by an ulp, 0.7 - 0.4 below it; both learned.
+  const json rule = {{"learned_min", 0.3}, {"margin", 0.3}, {"min_seeds", 2}};
+  for (double base : {0.1 + 0.2, tie}) {
+    ReceptiveInput in;
+    in.hybrids = {"swa"};
+    in.seeds = {{{base, 0.0, base}, {base, 0.0, base}}};
+    const VerdictResult r = verdict_receptive_field(in, rule, nullptr);
+    EXPECT_EQ(r.verdict, Verdict::kHolds) << base << ": " << r.reason;
+  }
+}
+
 // Student t quantiles against the printed tables (one-sided p, dof).
 TEST(StudyVerdict, StudentTQuantilesMatchTheTables) {
   EXPECT_NEAR(student_t_quantile(0.95, 1), 6.313752, 1e-5);

@@ -12,6 +12,21 @@ namespace hlm::study {
 
 using nlohmann::json;
 
+namespace {
+// A measurement against a rule's threshold, exact ties decided by the rule rather than by rounding: many
+// measurements are exact fractions (onset steps over the run, NIAH hits over samples) whose floating-point mean
+// can land an ulp to either side of a threshold (the onset effects -0.1, 4 x 0.2, 0, 0 average to 0.0999..., not
+// the 0.1 margin they equal). Within 1e-9 of `scale`, the magnitude of the numbers compared, is a tie.
+double tie_width(double scale) { return 1e-9 * scale; }
+bool at_least(double x, double threshold, double scale) { return x >= threshold - tie_width(scale); }
+bool above(double x, double threshold, double scale) { return x > threshold + tie_width(scale); }
+bool below(double x, double threshold, double scale) { return x < threshold - tie_width(scale); }
+// The magnitude of a spread's numbers and a threshold, for the tie width.
+double scale_of(const Spread& s, double threshold) {
+  return std::max({std::fabs(threshold), std::fabs(s.min), std::fabs(s.max)});
+}
+}  // namespace
+
 std::string verdict_name(Verdict v) {
   switch (v) {
     case Verdict::kHolds: return "holds";
@@ -122,8 +137,9 @@ VerdictResult directional(const std::vector<double>& effects, double margin, con
     eff += fmt::format("; {:g}% t bounds of the mean over {} seeds {:+.3g}..{:+.3g}", 100 * r.confidence, s.n, b.lo,
                        b.hi);
   eff += fmt::format("), margin {:.3g}", margin);
-  if (s.mean >= margin && b.lo > 0) return {Verdict::kHolds, eff};
-  if (b.hi < margin) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
+  const double scale = scale_of(s, margin);
+  if (at_least(s.mean, margin, scale) && above(b.lo, 0, scale)) return {Verdict::kHolds, eff};
+  if (below(b.hi, margin, scale)) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
   return {Verdict::kInconclusive, eff + ": within the seed spread"};
 }
 
@@ -173,9 +189,9 @@ VerdictResult verdict_scaling(const ScalingInput& in, const json& rule, json* de
   const SeedRule sr = SeedRule::from(rule);
   VerdictResult d = directional(effect, rule.at("margin").get<double>(), sr);
   const std::string loss_txt = fmt::format("val-loss spread {:.3g} ({}max {:.3g})", ls.mean, bounds_text(ls, sr), tol);
-  if (ls.n >= sr.min_seeds && bounds_of(ls, sr).lo > tol)
+  if (ls.n >= sr.min_seeds && above(bounds_of(ls, sr).lo, tol, scale_of(ls, tol)))
     return {Verdict::kDoesNotHold, loss_txt + ": the hybrids' val losses differ beyond the seed spread; LongPPL " + d.reason};
-  if (d.verdict == Verdict::kHolds && ls.mean > tol)
+  if (d.verdict == Verdict::kHolds && above(ls.mean, tol, scale_of(ls, tol)))
     return {Verdict::kInconclusive, "LongPPL spread converges (" + d.reason + ") but " + loss_txt};
   d.reason = "LongPPL spread early - final: " + d.reason + "; " + loss_txt;
   return d;
@@ -197,7 +213,7 @@ VerdictResult verdict_receptive_field(const ReceptiveInput& in, const json& rule
     const Spread b = spread_of(base);
     VerdictResult r;
     if (b.n == 0) r = {Verdict::kInconclusive, "not measured"};
-    else if (b.mean < learned_min)
+    else if (below(b.mean, learned_min, scale_of(b, learned_min)))
       r = {Verdict::kInconclusive, fmt::format("did not learn retrieval (NIAH {:.2f} < {:.2f})", b.mean, learned_min)};
     else {
       ++learned;
@@ -265,16 +281,16 @@ VerdictResult verdict_nope(const std::vector<NopeSeed>& seeds, const json& rule,
   }
   const double learned_min = rule.at("learned_min").get<double>(), tol = rule.at("loss_tolerance").get<double>();
   if (r.n == 0 || n.n == 0) return {Verdict::kInconclusive, "not measured"};
-  if (std::max(r.mean, n.mean) < learned_min)
+  if (below(std::max(r.mean, n.mean), learned_min, std::max(scale_of(r, learned_min), scale_of(n, learned_min))))
     return {Verdict::kInconclusive, fmt::format("neither learned the long-context skill (scores {:.2f} / {:.2f} < {:.2f})",
                                                 r.mean, n.mean, learned_min)};
   const SeedRule sr = SeedRule::from(rule);
   VerdictResult d = directional(effect, rule.at("margin").get<double>(), sr);
   const std::string loss_txt =
       fmt::format("short-context loss NoPE - RoPE {:+.3g} ({}tolerance {:.3g})", ld.mean, bounds_text(ld, sr), tol);
-  if (ld.n >= sr.min_seeds && bounds_of(ld, sr).lo > tol)
+  if (ld.n >= sr.min_seeds && above(bounds_of(ld, sr).lo, tol, scale_of(ld, tol)))
     return {Verdict::kDoesNotHold, loss_txt + " beyond the seed spread; score " + d.reason};
-  if (d.verdict == Verdict::kHolds && ld.mean > tol)
+  if (d.verdict == Verdict::kHolds && above(ld.mean, tol, scale_of(ld, tol)))
     return {Verdict::kInconclusive, "score " + d.reason + " but " + loss_txt};
   d.reason = "score NoPE - RoPE: " + d.reason + "; " + loss_txt;
   return d;
