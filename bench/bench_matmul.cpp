@@ -5,6 +5,7 @@
 // Counters: GFLOP/s = useful flops / wall time (matmul 2MNK; CE forward 2NDV, backward 3 x 2NDV).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -131,23 +132,58 @@ void BM_LinearBf16(benchmark::State& st) {
 }
 BENCHMARK(BM_LinearBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The LM head's operands, targets and outputs at N rows, d_model D, vocabulary V.
+struct HeadCase {
+  i64 N, D, V;
+  std::vector<float> h, W, lse, dh, dW;
+  std::vector<int32_t> tg;
+  HeadCase(i64 N_, i64 D_, i64 V_)
+      : N(N_), D(D_), V(V_), h(randn(N * D, 3, 1.0)), W(randn(V * D, 4, 0.05)), lse(N), dh(N * D), dW(V * D, 0.f),
+        tg(N) {
+    hlm::Rng r(5);
+    for (auto& t : tg) t = static_cast<int32_t>(r.below(V));
+  }
+  double two_calls() {
+    const double loss = hlm::ops::lm_head_ce_forward(h.data(), W.data(), tg.data(), N, D, V, lse.data());
+    hlm::ops::lm_head_ce_backward(h.data(), W.data(), tg.data(), lse.data(), N, D, V, 1.f / N, dh.data(), dW.data());
+    return loss;
+  }
+  double one_pass(const hlm::ops::CeTiling& tl) {
+    return hlm::ops::lm_head_ce_forward_backward(h.data(), W.data(), tg.data(), N, D, V, 1.f / N, lse.data(), nullptr,
+                                                 dh.data(), dW.data(), tl);
+  }
+};
+
 // Args N, D, V, bf16 (0 = fp32, 1 = --precision bf16).
 void BM_LmHeadCE(benchmark::State& st) {
-  const i64 N = st.range(0), D = st.range(1), V = st.range(2);
   if (st.range(3) && !hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
   const hlm::ops::PrecisionScope prec(st.range(3) ? hlm::ops::Precision::bf16 : hlm::ops::Precision::fp32, true);
-  auto h = randn(N * D, 3, 1.0), W = randn(V * D, 4, 0.05);
-  std::vector<int32_t> tg(N);
-  hlm::Rng r(5);
-  for (auto& t : tg) t = static_cast<int32_t>(r.below(V));
-  std::vector<float> lse(N), dh(N * D), dW(V * D, 0.f);
-  for (auto _ : st) {
-    double loss = hlm::ops::lm_head_ce_forward(h.data(), W.data(), tg.data(), N, D, V, lse.data());
-    hlm::ops::lm_head_ce_backward(h.data(), W.data(), tg.data(), lse.data(), N, D, V, 1.f / N, dh.data(), dW.data());
-    benchmark::DoNotOptimize(loss);
-  }
-  set_gflops(st, 8.0 * N * D * V);
+  HeadCase c(st.range(0), st.range(1), st.range(2));
+  for (auto _ : st) benchmark::DoNotOptimize(c.two_calls());
+  set_gflops(st, 8.0 * c.N * c.D * c.V);
 }
 BENCHMARK(BM_LmHeadCE)->Args({8192, 256, 4096, 0})->Args({8192, 256, 4096, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A training step's head: lm_head_ce_forward_backward (one pass, three products) against the two calls above (four
+// products: the backward recomputes the logits). Args N, D, V, bf16, rows: the fused row block (0 = its default),
+// or -1 for the two calls. GFLOP/s counts the useful 6 N D V of either, so the two are compared by it directly.
+void BM_LmHeadCEStep(benchmark::State& st) {
+  if (st.range(3) && !hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
+  const hlm::ops::PrecisionScope prec(st.range(3) ? hlm::ops::Precision::bf16 : hlm::ops::Precision::fp32, true);
+  HeadCase c(st.range(0), st.range(1), st.range(2));
+  const i64 rows = st.range(4);
+  hlm::ops::CeTiling tl;
+  tl.fused_rows = std::max<i64>(0, rows);
+  for (auto _ : st) benchmark::DoNotOptimize(rows < 0 ? c.two_calls() : c.one_pass(tl));
+  set_gflops(st, 6.0 * c.N * c.D * c.V);
+}
+// The bench config's head (8192 tokens, d_model 256) and the small study's (2048 tokens, d_model 128), vocab 4096.
+BENCHMARK(BM_LmHeadCEStep)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"N", "D", "V", "bf16", "rows"});
+  for (auto [N, D] : {std::pair<i64, i64>{8192, 256}, {2048, 128}})
+    for (i64 rows : {-1, 0, 32, 64, 128}) b->Args({N, D, 4096, 0, rows});
+  b->Args({8192, 256, 4096, 1, -1})->Args({8192, 256, 4096, 1, 0});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+});
 
 }  // namespace

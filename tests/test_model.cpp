@@ -14,6 +14,9 @@
 #include "train/trainer.h"
 
 using namespace hlm;
+using hlm::testing::close_rel;
+using hlm::testing::fp32_depth;
+using hlm::testing::fp32_tol;
 namespace fs = std::filesystem;
 
 namespace {
@@ -68,7 +71,9 @@ namespace {
 
 // Every parameter tensor's largest-gradient entry, plus one more, against central differences of the loss
 // (Richardson-extrapolated from steps h and h/2: O(h^4) truncation error, so fp32 round-off dominates).
-void expect_model_gradient_matches_finite_differences(const ModelConfig& cfg, float h, const std::string& what) {
+// one_pass: the gradient from forward_backward (training's path) instead of forward then backward.
+void expect_model_gradient_matches_finite_differences(const ModelConfig& cfg, float h, const std::string& what,
+                                                      bool one_pass = false) {
   Model m(cfg);
   m.init(3);
   // Larger weights than init so every path carries signal.
@@ -77,8 +82,13 @@ void expect_model_gradient_matches_finite_differences(const ModelConfig& cfg, fl
   m.plan(2, 12);
   i64 n = 0;
   m.zero_grad();
-  m.forward(b.in.data(), b.tg.data(), nullptr, 2, 12, &n);
-  m.backward(1.0f / n);
+  if (one_pass) {
+    m.forward_backward(b.in.data(), b.tg.data(), nullptr, 2, 12, 1.0f / 24, &n);
+    EXPECT_EQ(n, 24);  // every target counts, so 1/24 was the mean's scale
+  } else {
+    m.forward(b.in.data(), b.tg.data(), nullptr, 2, 12, &n);
+    m.backward(1.0f / n);
+  }
   std::vector<float> g(m.grads(), m.grads() + m.param_floats());
   auto loss = [&]() {
     i64 c = 0;
@@ -123,6 +133,60 @@ TEST(Model, GradientMatchesFiniteDifferencesWithEveryMixerKind) {
     j["n_layers"] = 5;
     j["chunk_size"] = 8;  // T 12: two chunks, the second partial
     expect_model_gradient_matches_finite_differences(ModelConfig::from_json(j, "test"), 1e-3f, pattern);
+  }
+}
+
+TEST(Model, OnePassForwardBackwardGradientMatchesFiniteDifferences) {
+  json j = tiny("GMLSF").to_json();
+  j["n_layers"] = 5;
+  j["chunk_size"] = 8;
+  expect_model_gradient_matches_finite_differences(ModelConfig::from_json(j, "test"), 1e-3f, "one pass", true);
+}
+
+// Training's forward_backward against forward then backward: the same loss and gradients up to the LM head's
+// summation order (whole rows at once instead of 512-column chunks), with documents and ignored targets, twice
+// (the second step reuses the arena), with and without --recompute.
+TEST(Model, OnePassForwardBackwardEqualsForwardThenBackward) {
+  json j = tiny("GMLSF").to_json();
+  j["n_layers"] = 5;
+  j["chunk_size"] = 8;
+  j["vocab_size"] = 700;  // two of the separate path's 512-column chunks
+  const ModelConfig cfg = ModelConfig::from_json(j, "test");
+  const i64 B = 2, T = 40;
+  auto b = random_batch(B, T, cfg.vocab_size, 13);
+  b.tg[3] = -1, b.tg[50] = -100;  // ignored
+  std::vector<int32_t> doc(static_cast<size_t>(B * T));
+  for (i64 i = 0; i < B * T; ++i) doc[i] = static_cast<int32_t>(i % T < 17 ? 0 : 17);
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "plain");
+    Model two(cfg), one(cfg);
+    two.init(5);
+    one.init(5);
+    one.set_recompute(recompute);
+    two.set_recompute(recompute);
+    double loss_two = 0, loss_one = 0;
+    for (int step = 0; step < 2; ++step) {
+      two.zero_grad();
+      one.zero_grad();
+      i64 n_two = 0, n_one = 0;
+      loss_two = two.forward(b.in.data(), b.tg.data(), doc.data(), B, T, &n_two);
+      two.backward(1.0f / 78);
+      loss_one = one.forward_backward(b.in.data(), b.tg.data(), doc.data(), B, T, 1.0f / 78, &n_one);
+      EXPECT_EQ(n_two, 78);
+      EXPECT_EQ(n_one, 78);
+    }
+    // Loss: the log-sum-exp over V in one block or in chunks (depth V each, the row sum N).
+    EXPECT_NEAR(loss_one, loss_two, fp32_tol(fp32_depth({2.0 * 700, 2.0 * B * T})) * std::fabs(loss_two));
+    // Gradients: the head's dh sums V terms in one product or chunk by chunk; every later stage then rounds its
+    // own slightly different inputs, so both paths' whole backward chains count (the model's depth: 5 layers,
+    // each a d_ff and a d_model sum, a T-token scan and the norm; the embedding's sum over N).
+    const double depth = fp32_depth({2.0 * 700, 2.0 * 5 * (48 + 32 + T + 2), 2.0 * B * T});
+    std::vector<float> g_two(two.grads(), two.grads() + two.param_floats());
+    std::vector<float> g_one(one.grads(), one.grads() + one.param_floats());
+    EXPECT_TRUE(close_rel(g_one, g_two, fp32_tol(depth), "gradients"));
+    i64 nonzero = 0;
+    for (float g : g_one) nonzero += g != 0.f;
+    EXPECT_GT(nonzero, one.param_floats() / 2);
   }
 }
 

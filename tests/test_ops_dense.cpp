@@ -489,6 +489,74 @@ TEST(LmHeadCE, BackwardMatchesFiniteDifferencesForEveryGrid) {
   }
 }
 
+TEST(LmHeadCE, ForwardBackwardInOnePassMatchesReferenceForEveryGrid) {
+  CeCase c(37, 45, 103, 83);
+  const double scale = 1.0 / 35.0;  // 1 / counted rows
+  std::vector<double> lse_ref, tl_ref, dh_ref, dW_ref;
+  const double want = ref_ce(to_double(c.h), to_double(c.W), c.tg, c.N, c.D, c.V, &lse_ref, &tl_ref, &dh_ref,
+                             &dW_ref, scale);
+  const auto dW0 = randn(c.V * c.D, 84, 0.01);
+  // Row blocks of 8 and 5 (neither divides N) on 1 and 3 row groups, the default block, and vocab groups (which
+  // make the two calls instead).
+  ops::CeTiling odd1{8, 24, 1, 1, 8}, odd3{8, 24, 3, 1, 5}, vocab_groups{8, 24, 2, 3};
+  for (const ops::CeTiling& tl : {odd1, odd3, ops::CeTiling{}, vocab_groups}) {
+    SCOPED_TRACE(::testing::Message() << "fused rows " << tl.fused_rows << " grid " << tl.grid_p << "x" << tl.grid_q);
+    auto lse = nan_vec(c.N), token_loss = nan_vec(c.N), dh = nan_vec(c.N * c.D);
+    auto dW = dW0;
+    const double got = ops::lm_head_ce_forward_backward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V,
+                                                        static_cast<float>(scale), lse.data(), token_loss.data(),
+                                                        dh.data(), dW.data(), tl);
+    EXPECT_NEAR(got, want, 1e-6 * std::fabs(want));
+    EXPECT_TRUE(close_rel(lse, lse_ref, 1e-6, "lse"));
+    EXPECT_TRUE(close_rel(token_loss, tl_ref, 1e-6, "token_loss"));
+    EXPECT_TRUE(close_rel(dh, dh_ref, 1e-5, "dh"));
+    std::vector<double> dW_added(dW.size());
+    for (size_t k = 0; k < dW.size(); ++k) dW_added[k] = double(dW[k]) - dW0[k];
+    EXPECT_TRUE(close_rel(dW_added, dW_ref, 1e-5, "dW (accumulated onto dW0)"));
+    for (i64 d = 0; d < c.D; ++d) ASSERT_EQ(dh[1 * c.D + d], 0.f);  // ignored rows
+    EXPECT_EQ(token_loss[c.N / 2], 0.f);
+    // Same tiling and grid twice: bit-identical.
+    auto dh2 = nan_vec(c.N * c.D);
+    auto dW2 = dW0;
+    auto lse2 = nan_vec(c.N);
+    EXPECT_EQ(got, ops::lm_head_ce_forward_backward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V,
+                                                    static_cast<float>(scale), lse2.data(), nullptr, dh2.data(),
+                                                    dW2.data(), tl));
+    EXPECT_EQ(0, std::memcmp(dh.data(), dh2.data(), dh.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dW.data(), dW2.data(), dW.size() * sizeof(float)));
+  }
+  auto bad = c.tg;
+  bad[4] = static_cast<int32_t>(c.V);
+  auto lse = nan_vec(c.N), dh = nan_vec(c.N * c.D);
+  auto dW = dW0;
+  EXPECT_THROW(ops::lm_head_ce_forward_backward(c.h.data(), c.W.data(), bad.data(), c.N, c.D, c.V, 1.f, lse.data(),
+                                                nullptr, dh.data(), dW.data()),
+               Error);
+}
+
+TEST(LmHeadCE, ForwardBackwardInOnePassOnSeveralThreadsMatchesReference) {
+  // Default blocks (whole rows, the last block partial), 1, 2 and 4 row groups; analytic double gradient.
+  CeCase c(300, 64, 1100, 93);
+  const double scale = 0.5;
+  std::vector<double> lse_ref, dh_ref, dW_ref;
+  const double want = ref_ce(to_double(c.h), to_double(c.W), c.tg, c.N, c.D, c.V, &lse_ref, nullptr, &dh_ref,
+                             &dW_ref, scale);
+  for (int nt : {1, 2, 4}) {
+    SCOPED_TRACE(::testing::Message() << nt << " threads");
+    with_threads(nt, [&] {
+      auto lse = nan_vec(c.N), dh = nan_vec(c.N * c.D);
+      std::vector<float> dW(c.V * c.D, 0.f);
+      const double got = ops::lm_head_ce_forward_backward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V,
+                                                          static_cast<float>(scale), lse.data(), nullptr, dh.data(),
+                                                          dW.data());
+      EXPECT_NEAR(got, want, 1e-6 * std::fabs(want));
+      EXPECT_TRUE(close_rel(lse, lse_ref, 1e-6, "lse"));
+      EXPECT_TRUE(close_rel(dh, dh_ref, 1e-5, "dh"));
+      EXPECT_TRUE(close_rel(dW, dW_ref, 1e-5, "dW"));
+    });
+  }
+}
+
 TEST(LmHeadCE, DefaultTilesOnSeveralChunksMatchReference) {
   // Several default row tiles and vocab chunks, the last of each partial; analytic double gradient.
   CeCase c(300, 64, 1100, 91);

@@ -219,6 +219,16 @@ TEST(Bf16, LmHeadCrossEntropyMatchesFp32OnTheRoundedOperands) {
   // Backward: the same, plus the bf16 rounding of dlogits (one u_bf stage).
   EXPECT_TRUE(close_rel(dh, dh_ref, bf16_tol(1)));
   EXPECT_TRUE(close_rel(dW, dW_ref, bf16_tol(1)));
+  // Training's one-pass form (row blocks of 8, several blocks a row group): the same bounds.
+  ops::CeTiling rows8;
+  rows8.fused_rows = 8;
+  std::vector<float> lse1(N), dh1 = nan_vec(N * D), dW1(V * D, 0.f);
+  const double loss1 = ops::lm_head_ce_forward_backward(h.data(), W.data(), tg.data(), N, D, V, 0.5f, lse1.data(),
+                                                        nullptr, dh1.data(), dW1.data(), rows8);
+  EXPECT_NEAR(loss1, loss_ref, std::fabs(loss_ref) * fwd_tol);
+  EXPECT_TRUE(close_rel(lse1, lse_ref, fwd_tol));
+  EXPECT_TRUE(close_rel(dh1, dh_ref, bf16_tol(1)));
+  EXPECT_TRUE(close_rel(dW1, dW_ref, bf16_tol(1)));
 }
 
 TEST(Bf16, ModelGradientsFollowFp32WithinTheBf16Bound) {

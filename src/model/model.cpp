@@ -203,10 +203,8 @@ void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 
   check("final norm", -1, n_final_, N * D);
 }
 
-double Model::forward(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start, i64 B, i64 T,
-                      i64* n_counted, float* token_loss) {
-  forward_hidden(inputs, doc_start, B, T);
-  const i64 N = B * T;
+void Model::set_targets(const int32_t* targets, i64* n_counted) {
+  const i64 N = B_ * T_;
   int32_t* tg = arena_.ints(N, "targets");
   std::memcpy(tg, targets, sizeof(int32_t) * N);
   targets_ = tg;
@@ -217,9 +215,31 @@ double Model::forward(const int32_t* inputs, const int32_t* targets, const int32
   }
   if (n_counted) *n_counted = cnt;
   lse_ = arena_.floats(N, "lse");
-  double loss = ops::lm_head_ce_forward(n_final_, params() + off_head_, targets_, N, cfg_.d_model, cfg_.vocab_size,
-                                        lse_, token_loss);
+}
+
+double Model::forward(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start, i64 B, i64 T,
+                      i64* n_counted, float* token_loss) {
+  forward_hidden(inputs, doc_start, B, T);
+  set_targets(targets, n_counted);
+  double loss = ops::lm_head_ce_forward(n_final_, params() + off_head_, targets_, B * T, cfg_.d_model,
+                                        cfg_.vocab_size, lse_, token_loss);
   if (check_numerics_ && !std::isfinite(loss)) fail("check-numerics: non-finite loss {}", loss);
+  return loss;
+}
+
+double Model::forward_backward(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start, i64 B, i64 T,
+                               float grad_scale, i64* n_counted) {
+  forward_hidden(inputs, doc_start, B, T);
+  set_targets(targets, n_counted);
+  const i64 N = B * T, D = cfg_.d_model;
+  const auto mark = arena_.mark();
+  BackwardBuffers g{arena_.floats(N * D, "d_residual"), arena_.floats(N * D, "d_norm"), arena_.floats(N * D, "d_tmp")};
+  const double loss = ops::lm_head_ce_forward_backward(n_final_, params() + off_head_, targets_, N, D,
+                                                       cfg_.vocab_size, grad_scale, lse_, nullptr, g.dn,
+                                                       grads() + off_head_);
+  if (check_numerics_ && !std::isfinite(loss)) fail("check-numerics: non-finite loss {}", loss);
+  backward_below_head(g);
+  arena_.release_to(mark);
   return loss;
 }
 
@@ -229,14 +249,19 @@ void Model::forward_logits(const int32_t* inputs, const int32_t* doc_start, i64 
 }
 
 void Model::backward(float grad_scale) {
+  const i64 N = B_ * T_, D = cfg_.d_model;
+  const auto mark = arena_.mark();
+  BackwardBuffers g{arena_.floats(N * D, "d_residual"), arena_.floats(N * D, "d_norm"), arena_.floats(N * D, "d_tmp")};
+  ops::lm_head_ce_backward(n_final_, params() + off_head_, targets_, lse_, N, D, cfg_.vocab_size, grad_scale, g.dn,
+                           grads() + off_head_);
+  backward_below_head(g);
+  arena_.release_to(mark);
+}
+
+void Model::backward_below_head(const BackwardBuffers& g) {
   const i64 N = B_ * T_, D = cfg_.d_model, F = cfg_.d_ff;
   SeqInfo s{B_, T_, doc_start_};
-  auto mark = arena_.mark();
-  float* dx = arena_.floats(N * D, "d_residual");
-  float* dn = arena_.floats(N * D, "d_norm");
-  float* dtmp = arena_.floats(N * D, "d_tmp");
-  ops::lm_head_ce_backward(n_final_, params() + off_head_, targets_, lse_, N, D, cfg_.vocab_size, grad_scale, dn,
-                           grads() + off_head_);
+  float *dx = g.dx, *dn = g.dn, *dtmp = g.dtmp;
   ops::rmsnorm_backward(x_final_, params() + off_norm_, rstd_final_, dn, dx, grads() + off_norm_, N, D);
   check("grad final hidden", -1, dx, N * D);
   for (i64 l = cfg_.n_layers - 1; l >= 0; --l) {
@@ -273,7 +298,6 @@ void Model::backward(float grad_scale) {
     arena_.release_to(block_mark);
   }
   ops::embedding_backward(inputs_, dx, grads() + off_embed_, N, D, cfg_.vocab_size);
-  arena_.release_to(mark);
 }
 
 DecodeState Model::new_decode_state(i64 B, i64 max_len) const {

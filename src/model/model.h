@@ -61,6 +61,10 @@ class Model {
                  i64* n_counted = nullptr, float* token_loss = nullptr);
   // Backward of (sum loss) * grad_scale; parameter gradients accumulate.
   void backward(float grad_scale);
+  // Training's step: forward, then backward(grad_scale), with the LM head's logits made once for both
+  // (ops::lm_head_ce_forward_backward; backward alone makes them again). Returns forward's loss sum.
+  double forward_backward(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start, i64 B, i64 T,
+                          float grad_scale, i64* n_counted = nullptr);
   // Logits for every position [B*T, V] (evaluation/generation); uses the arena like forward.
   void forward_logits(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T, float* logits);
 
@@ -94,6 +98,14 @@ class Model {
 
  private:
   void forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T);
+  // Copies the targets into the arena (checking each against the vocabulary) and allocates lse_.
+  void set_targets(const int32_t* targets, i64* n_counted);
+  // Backward's arena buffers [B*T, d_model]: d residual, d of the final norm's output, scratch.
+  struct BackwardBuffers {
+    float *dx, *dn, *dtmp;
+  };
+  // Backward from the final norm's output gradient (in g.dn) down to the embeddings.
+  void backward_below_head(const BackwardBuffers& g);
   // Block l's forward from x (its input) into out (allocated from the arena when nullptr); fills acts_[l] and
   // the mixer's saved state. Returns out.
   float* block_forward(i64 l, float* x, float* out, const SeqInfo& s);

@@ -73,6 +73,10 @@ HWY_EXPORT(ce_row_grad_impl);
 
 namespace {
 
+// Bounds: scratch partials (floats; 128 MiB) and the fused pass's [rows, V] logits block (floats; 4 MiB).
+constexpr i64 kMaxScratchFloats = i64{32} << 20;
+constexpr i64 kFusedBlockFloats = i64{1} << 20;
+
 // A tile of logits computed at once by one thread: rows x cols floats (kept in L2); its row stride is
 // padded so that consecutive rows do not alias in L1.
 inline i64 tile_ld(const CeTiling& t) { return t.cols + 16; }
@@ -88,7 +92,7 @@ Grid choose_grid(i64 N, i64 D, i64 V, const CeTiling& tl) {
   const i64 nchunks = (V + tl.cols - 1) / tl.cols;
   if (tl.grid_p > 0 && tl.grid_q > 0) return {std::min(tl.grid_p, N), std::min(tl.grid_q, nchunks)};
   const i64 nt = std::max(1, num_threads());
-  const i64 max_scratch = i64{32} << 20;  // floats (128 MiB)
+  const i64 max_scratch = kMaxScratchFloats;
   Grid best;
   i64 best_work = 1, best_cost = 0;
   for (i64 p = 1; p <= nt; ++p) {
@@ -145,6 +149,18 @@ void logits_tile(const float* h, const float* W, const Bf16Operands& b, i64 rb, 
 
 // Row range of group g out of G over n items.
 inline i64 split(i64 n, i64 g, i64 G) { return n * g / G; }
+
+// dst[0, n) += parts[0][0, n) + parts[1][0, n) + ... (count partials of n floats each), in partial order.
+void add_partials(float* dst, const float* parts, i64 count, i64 n) {
+  if (count <= 0) return;
+  parallel_for(n, [&](i64 b, i64 e) {
+    for (i64 j = 0; j < count; ++j) {
+      const float* src = parts + j * n;
+#pragma omp simd
+      for (i64 k = b; k < e; ++k) dst[k] += src[k];
+    }
+  }, 4096);
+}
 
 }  // namespace
 
@@ -267,23 +283,77 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
     }
   });
 
-  // Fixed-order reduction of the partials.
-  if (g.q > 1)
-    parallel_for(N * D, [&](i64 b, i64 e) {
-      for (i64 j = 1; j < g.q; ++j) {
-        const float* src = dh_part + (j - 1) * N * D;
-#pragma omp simd
-        for (i64 k = b; k < e; ++k) dh[k] += src[k];
+  add_partials(dh, dh_part, g.q - 1, N * D);
+  add_partials(dW, dW_part, g.p - 1, V * D);
+}
+
+double lm_head_ce_forward_backward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V,
+                                   float grad_scale, float* lse, float* token_loss, float* dh, float* dW,
+                                   const CeTiling& tl) {
+  check_args("lm_head_ce_forward_backward", targets, N, D, V, tl);
+  if (N == 0) return 0.0;
+  // Whole rows per thread: threads split the rows only, each row group but the first with its own dW partial.
+  const i64 p = tl.grid_p > 0 ? std::min(tl.grid_p, N) : std::min<i64>(std::max(1, num_threads()), N);
+  if (tl.grid_q > 1 || (p - 1) * V * D > kMaxScratchFloats) {
+    const double loss = lm_head_ce_forward(h, W, targets, N, D, V, lse, token_loss, tl);
+    lm_head_ce_backward(h, W, targets, lse, N, D, V, grad_scale, dh, dW, tl);
+    return loss;
+  }
+  init_simd();
+  const i64 R = tl.fused_rows > 0 ? tl.fused_rows : std::clamp<i64>(kFusedBlockFloats / V, 8, 256);
+  const i64 ldt = V + 16;  // padded like tile_ld, so consecutive rows do not alias in L1
+  const Bf16Operands b16(h, W, N, D, V);
+  thread_local std::vector<float> scratch;  // dW partials of row groups 1..p-1 ([p-1, V, D]), only grown
+  if (scratch.size() < static_cast<size_t>((p - 1) * V * D)) scratch.resize(static_cast<size_t>((p - 1) * V * D));
+  float* dW_part = scratch.data();
+  std::vector<double> row_loss(static_cast<size_t>(N));
+
+  parallel_for_each(p, [&](i64 i) {
+    const i64 r0 = split(N, i, p), r1 = split(N, i + 1, p);
+    thread_local std::vector<float> block;  // [R, ldt]: logits, then dlogits in place
+    if (block.size() < static_cast<size_t>(R * ldt)) block.resize(static_cast<size_t>(R * ldt));
+    float* dW_dst = i == 0 ? dW : dW_part + (i - 1) * V * D;
+    for (i64 rb = r0; rb < r1; rb += R) {
+      const i64 rows = std::min(R, r1 - rb);
+      logits_tile(h, W, b16, rb, rows, 0, V, D, block.data(), ldt);
+      for (i64 r = 0; r < rows; ++r) {
+        float* row = block.data() + r * ldt;
+        float m = -std::numeric_limits<float>::infinity(), s = 0.f;
+        HWY_DYNAMIC_DISPATCH(ce_row_lse_impl)(row, V, &m, &s);
+        const double l = static_cast<double>(m) + std::log(static_cast<double>(s));
+        lse[rb + r] = static_cast<float>(l);
+        const i64 tg = targets[rb + r];
+        if (tg < 0) {
+          row_loss[rb + r] = 0.0;
+          std::fill(row, row + V, 0.f);
+          continue;
+        }
+        row_loss[rb + r] = l - static_cast<double>(row[tg]);
+        HWY_DYNAMIC_DISPATCH(ce_row_grad_impl)(row, V, lse[rb + r], grad_scale);
+        row[tg] -= grad_scale;
       }
-    }, 4096);
-  if (g.p > 1)
-    parallel_for(V * D, [&](i64 b, i64 e) {
-      for (i64 i = 1; i < g.p; ++i) {
-        const float* src = dW_part + (i - 1) * V * D;
-#pragma omp simd
-        for (i64 k = b; k < e; ++k) dW[k] += src[k];
+      // dh rows = dlogits W (overwritten); dW (+)= dlogits^T h rows (a scratch partial: overwritten first).
+      const float beta = (i == 0 || rb != r0) ? 1.f : 0.f;
+      if (b16.h) {
+        thread_local aligned_vector<bf16> tb;  // dlogits in bf16, dense [rows, V]
+        if (tb.size() < static_cast<size_t>(R * V)) tb.resize(static_cast<size_t>(R * V));
+        round_to_bf16(block.data(), rows, V, ldt, tb.data());
+        matmul_bf16(false, false, rows, D, V, 1.f, tb.data(), V, b16.W, D, 0.f, dh + rb * D, D);
+        matmul_bf16(true, false, V, D, rows, 1.f, tb.data(), V, b16.h + rb * D, D, beta, dW_dst, D);
+      } else {
+        matmul(false, false, rows, D, V, 1.f, block.data(), ldt, W, D, 0.f, dh + rb * D, D);
+        matmul(true, false, V, D, rows, 1.f, block.data(), ldt, h + rb * D, D, beta, dW_dst, D);
       }
-    }, 4096);
+    }
+  });
+
+  add_partials(dW, dW_part, p - 1, V * D);
+  double total = 0.0;  // in row order: the same sum for any thread count
+  for (i64 n = 0; n < N; ++n) {
+    if (token_loss) token_loss[n] = static_cast<float>(row_loss[n]);
+    total += row_loss[n];
+  }
+  return total;
 }
 
 }  // namespace hlm::ops

@@ -24,10 +24,20 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
 struct CeTiling {
   i64 rows = 256, cols = 512;  // a 256 x 512 logits tile (0.5 MiB) stays in L2 next to the sgemm panels
   i64 grid_p = 0, grid_q = 0;
+  i64 fused_rows = 0;  // lm_head_ce_forward_backward's row block (0: whole-row blocks of about 4 MiB, <= 256 rows)
 };
 double lm_head_ce_forward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V,
                           float* lse, float* token_loss, const CeTiling& tiling);
 void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets, const float* lse,
                          i64 N, i64 D, i64 V, float grad_scale, float* dh, float* dW, const CeTiling& tiling);
+
+// Training's forward and backward in one pass: what lm_head_ce_forward returns and writes, plus the gradients of
+// lm_head_ce_backward (dh overwritten, dW +=). Each block of whole rows has its logits made once and turned into
+// dlogits in place once the rows' log-sum-exp is known: three products of N x D x V instead of the four of the
+// two calls (backward recomputes the logits). Threads split rows only (a dW partial per extra row group); when
+// those partials would pass the scratch bound, or the tiling asks for vocab groups, it makes the two calls.
+double lm_head_ce_forward_backward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V,
+                                   float grad_scale, float* lse, float* token_loss, float* dh, float* dW,
+                                   const CeTiling& tiling = {});
 
 }  // namespace hlm::ops

@@ -185,9 +185,9 @@ TrainResult Trainer::run() {
     for (size_t m = 0; m < micro.size(); ++m) {
       const Batch& b = micro[m];
       if (m > 0) model_.zero_grad();
-      loss_sum += model_.forward(b.inputs.data(), b.targets.data(), b.doc_start.empty() ? nullptr : b.doc_start.data(),
-                                 b.B, b.T);
-      model_.backward(1.0f / static_cast<float>(count));
+      loss_sum += model_.forward_backward(b.inputs.data(), b.targets.data(),
+                                          b.doc_start.empty() ? nullptr : b.doc_start.data(), b.B, b.T,
+                                          1.0f / static_cast<float>(count));
       accumulate_micro_batch(m);
     }
     const double allreduce_s = sync_gradients();
