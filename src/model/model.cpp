@@ -233,7 +233,7 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, co
   set_targets(targets, n_counted);
   const i64 N = B * T, D = cfg_.d_model;
   const auto mark = arena_.mark();
-  BackwardBuffers g{arena_.floats(N * D, "d_residual"), arena_.floats(N * D, "d_norm"), arena_.floats(N * D, "d_tmp")};
+  const BackwardBuffers g = backward_buffers();
   const double loss = ops::lm_head_ce_forward_backward(n_final_, params() + off_head_, targets_, N, D,
                                                        cfg_.vocab_size, grad_scale, lse_, nullptr, g.dn,
                                                        grads() + off_head_);
@@ -251,11 +251,16 @@ void Model::forward_logits(const int32_t* inputs, const int32_t* doc_start, i64 
 void Model::backward(float grad_scale) {
   const i64 N = B_ * T_, D = cfg_.d_model;
   const auto mark = arena_.mark();
-  BackwardBuffers g{arena_.floats(N * D, "d_residual"), arena_.floats(N * D, "d_norm"), arena_.floats(N * D, "d_tmp")};
+  const BackwardBuffers g = backward_buffers();
   ops::lm_head_ce_backward(n_final_, params() + off_head_, targets_, lse_, N, D, cfg_.vocab_size, grad_scale, g.dn,
                            grads() + off_head_);
   backward_below_head(g);
   arena_.release_to(mark);
+}
+
+Model::BackwardBuffers Model::backward_buffers() {
+  const i64 n = B_ * T_ * cfg_.d_model;
+  return {arena_.floats(n, "d_residual"), arena_.floats(n, "d_norm"), arena_.floats(n, "d_tmp")};
 }
 
 void Model::backward_below_head(const BackwardBuffers& g) {

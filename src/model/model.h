@@ -104,6 +104,8 @@ class Model {
   struct BackwardBuffers {
     float *dx, *dn, *dtmp;
   };
+  // The three, from the arena (the caller releases them).
+  BackwardBuffers backward_buffers();
   // Backward from the final norm's output gradient (in g.dn) down to the embeddings.
   void backward_below_head(const BackwardBuffers& g);
   // Block l's forward from x (its input) into out (allocated from the arena when nullptr); fills acts_[l] and
