@@ -1,14 +1,18 @@
 // Micro-benchmarks of the dense hot ops: sgemm at the bench-config qkv projection shape and 2048^3, and
 // the fused LM-head cross-entropy (forward + backward) at N=8192, D=256, V=4096; the same under --precision bf16
-// (BM_MatmulBf16 / BM_MatmulBf16Layout: the bf16 product alone; BM_LinearBf16: linear_forward with its operand
+// (BM_MatmulBf16 / BM_MatmulBf16Layout: the bf16 product alone; BM_MatmulOutputSize, BM_MatmulBf16RowStride: the
+// output size and row alignment at bench shapes; BM_LinearBf16: linear_forward with its operand
 // rounding; BM_LmHeadCE/1).
 // Counters: GFLOP/s = useful flops / wall time (matmul 2MNK; CE forward 2NDV, backward 3 x 2NDV).
+// Every operand is 64-byte aligned, as the engine's arena and buffers are: oneDNN's AMX kernels run up to 1.9x slower
+// on a product whose output rows start 16 bytes off a cache line (where malloc puts large blocks).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/rng.h"
 #include "ops/cross_entropy.h"
 #include "ops/matmul.h"
@@ -19,9 +23,9 @@ using hlm::i64;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed, double scale) {
+hlm::aligned_vector<float> randn(size_t n, uint64_t seed, double scale) {
   hlm::Rng r(seed);
-  std::vector<float> v(n);
+  hlm::aligned_vector<float> v(n);
   for (auto& x : v) x = static_cast<float>(r.normal() * scale);
   return v;
 }
@@ -36,7 +40,7 @@ void set_gflops(benchmark::State& st, double flops) {
 void BM_Matmul(benchmark::State& st) {
   const i64 M = st.range(0), N = st.range(1), K = st.range(2);
   auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
-  std::vector<float> C(M * N);
+  hlm::aligned_vector<float> C(M * N);
   for (auto _ : st) {
     hlm::ops::matmul(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
@@ -79,7 +83,7 @@ void BM_MatmulLayout(benchmark::State& st) {
   const bool ta = st.range(0) != 0, tb = st.range(1) != 0;
   const i64 M = st.range(2), N = st.range(3), K = st.range(4);
   auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
-  std::vector<float> C(M * N);
+  hlm::aligned_vector<float> C(M * N);
   for (auto _ : st) {
     hlm::ops::matmul(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
@@ -91,14 +95,16 @@ BENCHMARK(BM_MatmulLayout)->Apply([](benchmark::internal::Benchmark* b) {
 });
 
 // C[M,N] = op(A) op(B) in bf16 x bf16 -> fp32, operands already rounded (row-major, dense strides).
-void run_matmul_bf16(benchmark::State& st, bool ta, bool tb, i64 M, i64 N, i64 K) {
+// ldc: C's row stride (default N, dense).
+void run_matmul_bf16(benchmark::State& st, bool ta, bool tb, i64 M, i64 N, i64 K, i64 ldc = 0) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
-  std::vector<hlm::ops::bf16> A(M * K), B(N * K);
+  if (ldc == 0) ldc = N;
+  hlm::aligned_vector<hlm::ops::bf16> A(M * K), B(N * K);
   hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
   hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
-  std::vector<float> C(M * N);
+  hlm::aligned_vector<float> C(M * ldc);
   for (auto _ : st) {
-    hlm::ops::matmul_bf16(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
+    hlm::ops::matmul_bf16(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), ldc);
     benchmark::DoNotOptimize(C.data());
   }
   set_gflops(st, 2.0 * M * N * K);
@@ -117,13 +123,42 @@ BENCHMARK(BM_MatmulBf16Layout)->Apply([](benchmark::internal::Benchmark* b) {
   linear_layer_products(b, 8192, 256, 768);
 });
 
+// The forward of the bench config's SwiGLU input projection (K = 256, N = 1536) at growing row counts, fp32 and bf16:
+// with a short K each output element is written once per 2K flops, so past the last-level cache the fp32 output
+// (50 MB at 8192 rows) and not the multiplier can bound a bf16 product (docs/precision.md).
+void BM_MatmulOutputSize(benchmark::State& st) {
+  const bool bf16 = st.range(0) != 0;
+  const i64 M = st.range(1), N = 1536, K = 256;
+  if (!bf16) {
+    auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
+    hlm::aligned_vector<float> C(M * N);
+    for (auto _ : st) {
+      hlm::ops::matmul(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
+      benchmark::DoNotOptimize(C.data());
+    }
+    return set_gflops(st, 2.0 * M * N * K);
+  }
+  run_matmul_bf16(st, false, true, M, N, K);
+}
+BENCHMARK(BM_MatmulOutputSize)
+    ->ArgNames({"bf16", "M"})
+    ->ArgsProduct({{0, 1}, {1024, 2048, 4096, 8192}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The bench config's Mamba-2 in-projection forward (N = 2 x 512 + 2 x 64 + 8 = 1160 rows of W, K = d_model 256) with
+// its output rows dense (ldc 1160: every other row starts 32 bytes off a cache line) or padded to 1168 (every row
+// 64-byte aligned).
+void BM_MatmulBf16RowStride(benchmark::State& st) { run_matmul_bf16(st, false, true, 8192, 1160, 256, st.range(0)); }
+BENCHMARK(BM_MatmulBf16RowStride)->ArgName("ldc")->Arg(1160)->Arg(1168)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // linear_forward under bf16: rounding x and W to bf16 at every call, then the product (what a layer pays).
 void BM_LinearBf16(benchmark::State& st) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
   const hlm::ops::PrecisionScope bf(hlm::ops::Precision::bf16, /*allow_emulated=*/true);
   const i64 M = st.range(0), N = st.range(1), K = st.range(2);
   auto x = randn(M * K, 1, 1.0), W = randn(N * K, 2, 1.0);
-  std::vector<float> y(M * N);
+  hlm::aligned_vector<float> y(M * N);
   for (auto _ : st) {
     hlm::ops::linear_forward(x.data(), W.data(), y.data(), M, K, N);
     benchmark::DoNotOptimize(y.data());
@@ -135,8 +170,8 @@ BENCHMARK(BM_LinearBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit
 // The LM head's operands, targets and outputs at N rows, d_model D, vocabulary V.
 struct HeadCase {
   i64 N, D, V;
-  std::vector<float> h, W, lse, dh, dW;
-  std::vector<int32_t> tg;
+  hlm::aligned_vector<float> h, W, lse, dh, dW;
+  hlm::aligned_vector<int32_t> tg;
   HeadCase(i64 N_, i64 D_, i64 V_)
       : N(N_), D(D_), V(V_), h(randn(N * D, 3, 1.0)), W(randn(V * D, 4, 0.05)), lse(N), dh(N * D), dW(V * D, 0.f),
         tg(N) {
