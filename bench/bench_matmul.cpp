@@ -36,17 +36,19 @@ void set_gflops(benchmark::State& st, double flops) {
       benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-// y[M,N] = x[M,K] W[N,K]^T, the linear_forward layout.
-void BM_Matmul(benchmark::State& st) {
-  const i64 M = st.range(0), N = st.range(1), K = st.range(2);
+// C[M,N] = op(A) op(B) in fp32 (row-major, dense strides).
+void run_matmul(benchmark::State& st, bool ta, bool tb, i64 M, i64 N, i64 K) {
   auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
   hlm::aligned_vector<float> C(M * N);
   for (auto _ : st) {
-    hlm::ops::matmul(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
+    hlm::ops::matmul(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
   set_gflops(st, 2.0 * M * N * K);
 }
+
+// y[M,N] = x[M,K] W[N,K]^T, the linear_forward layout.
+void BM_Matmul(benchmark::State& st) { run_matmul(st, false, true, st.range(0), st.range(1), st.range(2)); }
 BENCHMARK(BM_Matmul)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
 // The reproduce study's `small` model (d_model 128, d_ff 384, vocab 4096, 16 x 128 tokens a step), whose runs train
 // on one thread each: run with OMP_NUM_THREADS=1 to see the per-core rate of its projections and LM head.
@@ -80,15 +82,7 @@ void linear_layer_products(benchmark::internal::Benchmark* b, i64 T, i64 d, i64 
 
 // fp32 at the study's small shapes (2048 tokens, d_model 128, d_ff 384).
 void BM_MatmulLayout(benchmark::State& st) {
-  const bool ta = st.range(0) != 0, tb = st.range(1) != 0;
-  const i64 M = st.range(2), N = st.range(3), K = st.range(4);
-  auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
-  hlm::aligned_vector<float> C(M * N);
-  for (auto _ : st) {
-    hlm::ops::matmul(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), N);
-    benchmark::DoNotOptimize(C.data());
-  }
-  set_gflops(st, 2.0 * M * N * K);
+  run_matmul(st, st.range(0) != 0, st.range(1) != 0, st.range(2), st.range(3), st.range(4));
 }
 BENCHMARK(BM_MatmulLayout)->Apply([](benchmark::internal::Benchmark* b) {
   linear_layer_products(b, 2048, 128, 384);
@@ -127,18 +121,11 @@ BENCHMARK(BM_MatmulBf16Layout)->Apply([](benchmark::internal::Benchmark* b) {
 // with a short K each output element is written once per 2K flops, so past the last-level cache the fp32 output
 // (50 MB at 8192 rows) and not the multiplier can bound a bf16 product (docs/precision.md).
 void BM_MatmulOutputSize(benchmark::State& st) {
-  const bool bf16 = st.range(0) != 0;
   const i64 M = st.range(1), N = 1536, K = 256;
-  if (!bf16) {
-    auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
-    hlm::aligned_vector<float> C(M * N);
-    for (auto _ : st) {
-      hlm::ops::matmul(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
-      benchmark::DoNotOptimize(C.data());
-    }
-    return set_gflops(st, 2.0 * M * N * K);
-  }
-  run_matmul_bf16(st, false, true, M, N, K);
+  if (st.range(0) != 0)
+    run_matmul_bf16(st, false, true, M, N, K);
+  else
+    run_matmul(st, false, true, M, N, K);
 }
 BENCHMARK(BM_MatmulOutputSize)
     ->ArgNames({"bf16", "M"})
