@@ -86,18 +86,21 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   for (auto& [h, seeds] : f["findings"][0]["data"]["curves"].items())
     for (auto& p : seeds[0]) EXPECT_TRUE(p["val_loss"].is_number()) << h << p.dump();
   EXPECT_TRUE(f["findings"][1]["data"]["per_seed"]["gdn"][0]["full"]["niah"].is_number());
-  EXPECT_EQ(f["findings"][2]["data"]["curves"]["swa-large"][0].size(), 3u);  // 3 checkpoints
+  EXPECT_EQ(f["findings"][2]["data"]["curves"]["swa-large"][0].size(), 6u);  // 6 checkpoints of 120 steps
   // d: NIAH over training for RoPE and NoPE, and the step each learned retrieval at ("never" is a value too).
-  // Its runs train twice the budget's steps (steps_factor 2) in folders of their own; a, b and c share the others.
+  // c's and d's runs train twice the budget's steps (steps_factor 2) in folders of their own (c's small window is
+  // d's RoPE run); a and b share the others.
   EXPECT_EQ(f["findings"][3]["steps"], 120);
-  EXPECT_EQ(f["findings"][2]["steps"], 60);
+  EXPECT_EQ(f["findings"][2]["steps"], 120);
+  EXPECT_EQ(f["findings"][1]["steps"], 60);
   for (const char* h : {"swa-small", "swa-small-nope"}) {
     const json& row = f["findings"][3]["data"]["per_seed"][h][0];
     EXPECT_EQ(row["over_training"].size(), 6u) << h;  // 6 checkpoints of 120 steps
     EXPECT_TRUE(fs::exists(out / "runs" / (std::string(h) + "-x2-s1") / "checkpoints" / "step_00000120")) << h;
     EXPECT_TRUE(row["learned_at"].is_number() || row["learned_at"] == "never") << row["learned_at"];
   }
-  EXPECT_TRUE(fs::exists(out / "runs" / "swa-small-s1" / "checkpoints" / "step_00000060"));  // b, c and a's run
+  EXPECT_TRUE(fs::exists(out / "runs" / "swa-large-x2-s1" / "checkpoints" / "step_00000120"));  // c's
+  EXPECT_TRUE(fs::exists(out / "runs" / "swa-small-s1" / "checkpoints" / "step_00000060"));  // a's and b's run
   EXPECT_FALSE(fs::exists(out / "runs" / "swa-small-s1" / "checkpoints" / "step_00000080"));
   EXPECT_EQ(f["hybrids"]["swa-large"]["window"], 192);  // half of the tiny budget's 384-token rows
   EXPECT_EQ(f["run"]["precision"], "fp32");
@@ -122,7 +125,7 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   Result dry = run("reproduce --budget tiny --dry-run --json --out " + out.string());
   ASSERT_EQ(dry.code, 0) << dry.err;
   const json dj = json::parse(dry.out);
-  EXPECT_EQ(dj["runs"].size(), 9u);
+  EXPECT_EQ(dj["runs"].size(), 11u);
   for (auto& x : dj["runs"]) {
     EXPECT_EQ(x["on_disk"], "done") << x.dump();
     double logged = 0;
@@ -131,7 +134,7 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
       if (const json row = json::parse(line); row.contains("flops")) logged = row["flops"].get<double>();
     EXPECT_NEAR(x["train_flops"].get<double>(), logged, 1e-6 * logged) << x.dump();
   }
-  EXPECT_EQ(dj["total"]["tasks"], 40);
+  EXPECT_EQ(dj["total"]["tasks"], 41);
   for (auto& [kind, n] : dj["tasks"].items()) EXPECT_EQ(n[0], n[1]) << kind;  // every task done
 
   // The report again from findings.json alone, with the run folders gone.
@@ -266,9 +269,10 @@ TEST(Reproduce, DryRunListsRunsTasksAndDataAndWritesNothing) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(fs::exists(out));
   const json d = json::parse(r.out);
-  // The evaluator, a's six hybrids (b and c share them) and d's two runs of twice the steps.
-  ASSERT_EQ(d["runs"].size(), 9u);
-  EXPECT_EQ(d["total"]["runs"], 9);
+  // The evaluator, a's six hybrids (b shares them), and c's three and d's two runs of twice the steps (c's small
+  // window is d's RoPE run).
+  ASSERT_EQ(d["runs"].size(), 11u);
+  EXPECT_EQ(d["total"]["runs"], 11);
   std::map<std::string, json> by_name;
   for (auto& x : d["runs"]) {
     by_name[x["name"]] = x;
@@ -279,26 +283,28 @@ TEST(Reproduce, DryRunListsRunsTasksAndDataAndWritesNothing) {
   EXPECT_EQ(by_name["evaluator"]["steps"], 120);
   EXPECT_EQ(by_name["swa-small-x2-s1"]["steps"], 120);
   EXPECT_EQ(by_name["swa-large-s1"]["window"], 192);
+  EXPECT_EQ(by_name["swa-large-x2-s1"]["steps"], 120);
+  EXPECT_EQ(by_name["swa-large-x2-s1"]["window"], 192);
   // The same model trained twice the tokens: twice the FLOPs and passes.
   EXPECT_DOUBLE_EQ(by_name["swa-small-x2-s1"]["train_flops"].get<double>(),
                    2 * by_name["swa-small-s1"]["train_flops"].get<double>());
   EXPECT_DOUBLE_EQ(by_name["swa-small-x2-s1"]["text_passes"].get<double>(),
                    2 * by_name["swa-small-s1"]["text_passes"].get<double>());
-  // 6 hybrids x 3 checkpoints of LongPPL; receptive field on b's 4; retrieval heads on c's 3 and d's 2; NIAH and RULER
-  // on d's 2; 9 trainings.
+  // 6 hybrids x 3 checkpoints of LongPPL; receptive field on b's 4; retrieval heads on c's 3 and d's NoPE run (its
+  // RoPE run is c's small window); NIAH and RULER on d's 2; 11 trainings.
   EXPECT_EQ(d["tasks"]["eval longppl"], json({18, 0}));
   EXPECT_EQ(d["tasks"]["probe receptive-field"], json({4, 0}));
-  EXPECT_EQ(d["tasks"]["probe retrieval-heads"], json({5, 0}));
+  EXPECT_EQ(d["tasks"]["probe retrieval-heads"], json({4, 0}));
   EXPECT_EQ(d["tasks"]["eval niah"], json({2, 0}));
   EXPECT_EQ(d["tasks"]["eval ruler"], json({2, 0}));
-  EXPECT_EQ(d["tasks"]["train"], json({9, 0}));
-  EXPECT_EQ(d["total"]["tasks"], 40);
+  EXPECT_EQ(d["tasks"]["train"], json({11, 0}));
+  EXPECT_EQ(d["total"]["tasks"], 41);
   // LongPPL reads what the validation split has, at most the budget's 2 documents.
   EXPECT_GE(d["data"]["longppl_docs"].get<int>(), 1);
   EXPECT_LE(d["data"]["longppl_docs"].get<int>(), 2);
   EXPECT_TRUE(d["measured"].is_null());
 
-  // medium, on the tiny corpus: 25 runs of 10000 steps (d's and the evaluator 20000), every task planned.
+  // medium, on the tiny corpus: 31 runs of 10000 steps (c's, d's and the evaluator 20000), every task planned.
   const fs::path plan = tmp_dir() / "plan_medium_on_tiny_data.json";
   json j = read_json(fs::path(HLM_SOURCE_DIR) / "studies" / "paper.json");
   j["budgets"]["medium"]["data"] = (fs::path(HLM_SOURCE_DIR) / "docs").string();
@@ -308,7 +314,7 @@ TEST(Reproduce, DryRunListsRunsTasksAndDataAndWritesNothing) {
   ASSERT_EQ(m.code, 0) << m.err;
   EXPECT_FALSE(fs::exists(out));
   for (const char* s : {"budget medium, findings a,b,c,d, 3 seed(s)", "swa-small-nope-x2-s3", "180 eval longppl",
-                        "total: 25 runs", "note: runs see the training text"})
+                        "total: 31 runs", "note: runs see the training text"})
     EXPECT_NE(m.out.find(s), std::string::npos) << s << "\n" << m.out;
 
   // --measure: a training rate per model and the training time it gives.

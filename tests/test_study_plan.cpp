@@ -69,10 +69,12 @@ TEST(StudyPlan, ShippedPlanLoadsWithWindowsScaledToTheTrainingLength) {
   EXPECT_EQ(p.budgets.at("small").seeds, 3);
   // Finding d trains twice the budget's steps (amended 2026-12-05), rounded to whole eval intervals.
   EXPECT_EQ(p.findings[3].steps_factor, 2);
+  EXPECT_EQ(p.findings[2].steps_factor, 2);  // and finding c's (amended 2026-12-06)
   EXPECT_EQ(p.findings[0].steps_factor, 1);
+  EXPECT_EQ(p.findings[1].steps_factor, 1);
   EXPECT_EQ(scaled_steps(p.budgets.at("small"), p.findings[3].steps_factor), 3000);
   EXPECT_EQ(scaled_steps(tiny, 1.6), 100);  // 96 -> 5 intervals of 20
-  EXPECT_EQ(p.amendments.size(), 2u);
+  EXPECT_EQ(p.amendments.size(), 3u);
   EXPECT_EQ(tiny.train_args, (std::vector<std::string>{"--eval-batches", "2", "--lr", "0.003", "--warmup", "10"}));
   EXPECT_TRUE(fs::path(tiny.data).is_absolute());  // "../docs" is relative to the plan file
   EXPECT_GT(p.mix_niah, 0);

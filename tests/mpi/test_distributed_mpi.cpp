@@ -404,8 +404,8 @@ TEST(Distributed, SweepSharesItsRunsAcrossRanks) {
 }
 
 // reproduce under mpirun: each rank runs the tasks of its share of the runs (here finding c at the tiny budget:
-// 3 trainings and their retrieval-head probes), learns of the other rank's through the study folder, and rank 0
-// writes the report; a single-process rerun then finds every task done. ~1 min.
+// 3 trainings of 120 steps and their retrieval-head probes), learns of the other rank's through the study folder,
+// and rank 0 writes the report; a single-process rerun then finds every task done. ~1 min.
 TEST(Distributed, ReproduceSharesItsRunsAcrossRanks) {
   SKIP_WITHOUT_MPI();
   const fs::path out = tmp_root() / "study";
@@ -420,7 +420,7 @@ TEST(Distributed, ReproduceSharesItsRunsAcrossRanks) {
   EXPECT_TRUE(fs::exists(out / "report.md"));
   EXPECT_FALSE(fs::exists(out / ".rank-markers"));
   // The runs in plan order go to ranks 0, 1, 0; each rank trains and probes its own, and hears of the other's.
-  const char* runs[] = {"swa-small-s1", "swa-mid-s1", "swa-large-s1"};
+  const char* runs[] = {"swa-small-x2-s1", "swa-mid-x2-s1", "swa-large-x2-s1"};  // c trains twice the steps
   for (int k = 0; k < 3; ++k) {
     const std::string me = "rank " + std::to_string(k % 2) + ": ", other = "rank " + std::to_string(1 - k % 2) + ": ";
     for (const std::string task : {"train ", "probe retrieval-heads "}) {
