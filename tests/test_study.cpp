@@ -30,6 +30,37 @@ TEST(StudyVerdict, DirectionalRule) {
   EXPECT_EQ(verdict_name(Verdict::kDoesNotHold), "does not hold");
 }
 
+// An inconclusive reading with t bounds says how many seeds the same mean and spread would need to decide it: the
+// laziness effects of 3000-step runs (bf16 and fp32 on the Emerald Rapids Xeon) need 4 and 7 seeds to read "holds";
+// a small mean below the margin needs 5 to read "does not hold". The range reading and one seed give no figure.
+TEST(StudyVerdict, InconclusiveReasonSaysHowManySeedsWouldDecide) {
+  SeedRule t;
+  t.interval = "t";
+  EXPECT_EQ(seeds_to_decide(spread_of({0.05, 0.45, 0.25}), 0.1, t), 4);
+  EXPECT_EQ(seeds_to_decide(spread_of({0.05, 0.6, 0.05}), 0.1, t), 7);
+  EXPECT_EQ(seeds_to_decide(spread_of({0.0, 0.1, -0.05}), 0.1, t), 5);
+  // One seed fewer does not decide: the figure is the fewest.
+  const auto half_width = [](const std::vector<double>& e, int n) {
+    return student_t_quantile(0.95, n - 1) * spread_of(e).sd / std::sqrt(static_cast<double>(n));
+  };
+  EXPECT_LE(0.25 - half_width({0.05, 0.45, 0.25}, 3), 0);
+  EXPECT_LE(spread_of({0.05, 0.6, 0.05}).mean - half_width({0.05, 0.6, 0.05}, 6), 0);
+  EXPECT_GE(spread_of({0.0, 0.1, -0.05}).mean + half_width({0.0, 0.1, -0.05}, 4), 0.1);
+  const VerdictResult r = directional({0.05, 0.45, 0.25}, 0.1, t);
+  EXPECT_EQ(r.verdict, Verdict::kInconclusive);
+  EXPECT_NE(r.reason.find("within the seed spread (with this mean and spread, 4 seeds would read 'holds'"),
+            std::string::npos) << r.reason;
+  const VerdictResult below = directional({0.0, 0.1, -0.05}, 0.1, t);
+  EXPECT_NE(below.reason.find("5 seeds would read 'does not hold'"), std::string::npos) << below.reason;
+  // With 4 seeds of the first case's mean and spread the rule itself decides: the figure is consistent with it.
+  const double m = 0.25, sd = 0.2, d = sd * std::sqrt(3.0 / 4.0);  // four values with mean m and sample sd `sd`
+  EXPECT_EQ(directional({m - d, m - d, m + d, m + d}, 0.1, t).verdict, Verdict::kHolds);
+  EXPECT_EQ(seeds_to_decide(spread_of({0.05, 0.45, 0.25}), 0.1, SeedRule{}), 0);  // the range reading: no figure
+  EXPECT_EQ(seeds_to_decide(spread_of({0.3}), 0.1, t), 0);                         // one seed: no spread
+  EXPECT_EQ(seeds_to_decide(spread_of({-0.2, 0.2}), -0.5, t), 0);  // mean 0 >= margin: lo > 0 never comes
+  EXPECT_EQ(directional({0.0, 0.6, 0.3}, 0.3, 2).reason.find("seeds would read"), std::string::npos);  // range
+}
+
 // An effect exactly at a rule's threshold is decided by the rule (mean >= margin holds), not by which way its
 // floating-point value rounded: seven seeds' onset effects of the laziness finding (in fractions of a 1500-step run)
 // average to 0.0999... for a 0.1 margin, and 0.7 - 0.4 is 0.29999999999999993.

@@ -55,6 +55,13 @@ VerdictResult directional(const std::vector<double>& effects, double margin, con
 inline VerdictResult directional(const std::vector<double>& effects, double margin, int min_seeds) {
   return directional(effects, margin, SeedRule{min_seeds});
 }
+// For an inconclusive reading with "t" bounds: the fewest seeds with which the same mean and standard deviation
+// would decide the rule (mean >= margin: lo > 0, "holds"; else hi < margin, "does not hold"), or 0 (the "range"
+// reading, no spread, a mean that cannot clear 0, or more than kMaxSeedsToDecide). The inconclusive reason quotes
+// it as a planning figure for a new study: adding seeds to a study until it is decided makes a decision likelier
+// than the rule's confidence says.
+inline constexpr int kMaxSeedsToDecide = 1000;
+int seeds_to_decide(const Spread& s, double margin, const SeedRule& r);
 
 // a. Scaling. Per hybrid, per seed: log LongPPL at the first and at the last checkpoint, final val loss.
 struct ScalingSeedPoint {
