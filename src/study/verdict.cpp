@@ -131,10 +131,12 @@ int seeds_to_decide(const Spread& s, double margin, const SeedRule& r) {
   const double scale = scale_of(s, margin);
   const bool toward_holds = at_least(s.mean, margin, scale);
   if (toward_holds && !above(s.mean, 0, scale)) return 0;  // a mean at or below 0 never clears lo > 0
-  // The bound's half-width t(n-1) sd / sqrt(n) shrinks as n grows, so "decided with n seeds" is monotone in n.
+  // The same mean and sd over n seeds: the t bounds narrow as n grows, so "decided with n seeds" is monotone in n.
   const auto decided = [&](int n) {
-    const double half = student_t_quantile(r.confidence, n - 1) * s.sd / std::sqrt(static_cast<double>(n));
-    return toward_holds ? above(s.mean - half, 0, scale) : below(s.mean + half, margin, scale);
+    Spread more = s;
+    more.n = n;
+    const Bounds b = bounds_of(more, r);
+    return toward_holds ? above(b.lo, 0, scale) : below(b.hi, margin, scale);
   };
   int lo = s.n, hi = kMaxSeedsToDecide;  // not decided with lo seeds; find the first n in (lo, hi] that is
   if (!decided(hi)) return 0;
@@ -157,12 +159,13 @@ VerdictResult directional(const std::vector<double>& effects, double margin, con
                        b.hi);
   eff += fmt::format("), margin {:.3g}", margin);
   const double scale = scale_of(s, margin);
-  if (at_least(s.mean, margin, scale) && above(b.lo, 0, scale)) return {Verdict::kHolds, eff};
+  const bool reaches_margin = at_least(s.mean, margin, scale);
+  if (reaches_margin && above(b.lo, 0, scale)) return {Verdict::kHolds, eff};
   if (below(b.hi, margin, scale)) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
   std::string why = eff + ": within the seed spread";
   if (const int n = seeds_to_decide(s, margin, r); n > 0)
     why += fmt::format(" (with this mean and spread, {} seeds would read '{}': a figure for planning a new study)", n,
-                       at_least(s.mean, margin, scale) ? "holds" : "does not hold");
+                       reaches_margin ? "holds" : "does not hold");
   return {Verdict::kInconclusive, why};
 }
 
