@@ -192,6 +192,26 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   EXPECT_EQ(read_json(out / "study.json")["seeds"], 2);
   EXPECT_EQ(read_json(out / "findings.json")["run"]["seeds_added"], g["run"]["seeds_added"]);  // kept, not repeated
   expect_error(run("reproduce --budget tiny --seeds 1 --out " + out.string()), "field 'seeds' is 2");
+  // The folder's seeds start at 1: another first seed is another study.
+  expect_error(run("reproduce --budget tiny --first-seed 7 --out " + out.string()), "field 'first_seed' is 1");
+
+  // A study of fresh seeds (--first-seed) says which seeds it ran; a report of a study from before the option (no
+  // first_seed in findings.json) reads as before.
+  json fresh = g;
+  fresh["first_seed"] = 101;
+  const fs::path fresh_dir = tmp_dir() / "fresh-seeds-report";
+  fs::create_directories(fresh_dir);
+  std::ofstream(fresh_dir / "findings.json") << fresh.dump();
+  ASSERT_EQ(run("reproduce --report-only --out " + fresh_dir.string()).code, 0);
+  const std::string fresh_report = slurp(fresh_dir / "report.md");
+  EXPECT_NE(fresh_report.find("2 seeds (seeds 101..102: a sample of fresh seeds, `--first-seed 101`) per hybrid"),
+            std::string::npos) << fresh_report;
+  // The legend of the figure of NIAH over training names the runs by their seeds.
+  EXPECT_NE(slurp(fresh_dir / "nope-rope-over-training.svg").find("swa-small-nope s102"), std::string::npos);
+  fresh.erase("first_seed");
+  std::ofstream(fresh_dir / "findings.json") << fresh.dump();
+  ASSERT_EQ(run("reproduce --report-only --out " + fresh_dir.string()).code, 0);
+  EXPECT_NE(slurp(fresh_dir / "report.md").find(" 2 seeds per hybrid;"), std::string::npos);
 }
 
 // --precision bf16 trains every run in bf16 (and says so in findings.json and the report); where the CPU lacks
@@ -316,6 +336,22 @@ TEST(Reproduce, DryRunListsRunsTasksAndDataAndWritesNothing) {
   for (const char* s : {"budget medium, findings a,b,c,d, 3 seed(s)", "swa-small-nope-x2-s3", "180 eval longppl",
                         "total: 31 runs", "note: runs see the training text"})
     EXPECT_NE(m.out.find(s), std::string::npos) << s << "\n" << m.out;
+
+  // --first-seed: a sample of fresh seeds (101, 102) names and seeds every run by its seed; the evaluator stays seed 1.
+  Result fs101 = run("reproduce --budget tiny --only a,d --seeds 2 --first-seed 101 --dry-run --json --out " +
+                     out.string());
+  ASSERT_EQ(fs101.code, 0) << fs101.err;
+  const json fd = json::parse(fs101.out);
+  EXPECT_EQ(fd["first_seed"], 101);
+  std::map<std::string, int> seed_of;
+  for (auto& x : fd["runs"]) seed_of[x["name"]] = x["seed"].get<int>();
+  EXPECT_EQ(seed_of["evaluator"], 1);
+  for (const char* name : {"gdn-s101", "swa-large-s101", "swa-small-x2-s101", "swa-small-nope-x2-s101"})
+    EXPECT_EQ(seed_of[name], 101) << name;
+  for (const char* name : {"gdn-s102", "swa-small-nope-x2-s102"}) EXPECT_EQ(seed_of[name], 102) << name;
+  EXPECT_EQ(seed_of.count("gdn-s1"), 0u);
+  EXPECT_EQ(seed_of.size(), 1u + 2 * (6 + 2));
+  expect_error(run("reproduce --budget tiny --first-seed 0 --dry-run --out " + out.string()), "--first-seed");
 
   // --measure: a training rate per model and the training time it gives.
   Result t = run("reproduce --budget tiny --only d --jobs 2 --dry-run --measure --json --out " + out.string());

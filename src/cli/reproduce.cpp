@@ -25,10 +25,12 @@ std::string si(double x) {
 
 void print_dry_run(const json& d) {
   const json& data = d["data"];
-  fmt::print("reproduce --dry-run: plan {} ({}), budget {}, findings {}, {} seed(s), {}, {} job(s) x {} thread(s); "
+  const int first = d["first_seed"].get<int>();
+  fmt::print("reproduce --dry-run: plan {} ({}), budget {}, findings {}, {} seed(s){}, {}, {} job(s) x {} thread(s); "
              "into {}\n",
              d["plan"].get<std::string>(), d["name"].get<std::string>(), d["budget"].get<std::string>(),
              fmt::join(d["findings"].get<std::vector<std::string>>(), ","), d["seeds"].get<int>(),
+             first == 1 ? "" : fmt::format(" ({}..{})", first, first + d["seeds"].get<int>() - 1),
              d["precision"].get<std::string>(), d["jobs"].get<int>(), d["threads"].get<int>(),
              d["out"].get<std::string>());
   fmt::print("data: {} with {} ({}): {} training tokens, vocab {}; LongPPL reads {} validation document(s) of {} "
@@ -84,6 +86,10 @@ Command register_reproduce(CLI::App& app) {
   sub->add_option("--seeds", o->seeds,
                   "seeds per hybrid (default: the budget's, or the folder's on a rerun; more than the folder holds "
                   "adds the missing seeds)");
+  sub->add_option("--first-seed", o->first_seed,
+                  "seeds are N, N+1, ... (default 1, or the folder's on a rerun): a fresh sample of seeds, e.g. to "
+                  "confirm a finding with seeds no earlier study has seen")
+      ->check(CLI::Range(1, 1000000000));
   sub->add_option("--jobs", o->jobs, "child processes at once (default: one per core; each gets cores/jobs threads)");
   add_precision_flag(sub, &o->precision);
   sub->add_option("--out", o->out, "study folder: runs/, findings.json, report.md, figures")->required();

@@ -221,7 +221,7 @@ std::string report_nope_over_training(const json& all, const json& f, const std:
   for (const char* k : {"rope", "nope"}) {
     const std::string h = data.value(k, std::string());
     std::string at;
-    int seed = 0;
+    int seed = all.value("first_seed", 1) - 1;
     for (auto& s : per.value(h, json::array())) {
       ++seed;
       if (!s.contains("learned_at")) continue;
@@ -323,10 +323,15 @@ std::string write_report(const json& all, const std::string& dir) {
   md += fmt::format(
       "\n## How this was made\n\n"
       "- Budget `{}`: {} steps of {} x {} tokens ({:.3g} tokens per run), checkpoint and evaluation every {} steps, "
-      "{} seed{} per hybrid; data `{}`, tokenizer `{}`; model size `{}`; train flags `{}`.\n"
+      "{} seed{}{} per hybrid; data `{}`, tokenizer `{}`; model size `{}`; train flags `{}`.\n"
       "- SWA windows: {}\n",
       budget.value("name", std::string()), budget.value("steps", 0L), budget.value("batch", 0L), budget.value("seq_len", 0L),
       tokens, budget.value("eval_every", 0L), all.value("seeds", 0), all.value("seeds", 0) == 1 ? "" : "s",
+      // studies from before --first-seed have no such field: seeds 1.., said as before
+      all.value("first_seed", 1) == 1
+          ? std::string()
+          : fmt::format(" (seeds {}..{}: a sample of fresh seeds, `--first-seed {}`)", all.value("first_seed", 1),
+                        all.value("first_seed", 1) + all.value("seeds", 0) - 1, all.value("first_seed", 1)),
       budget.value("data", std::string()), budget.value("tokenizer", std::string()),
       budget.value("set", json::array()).dump(), budget.value("train", json::array()).dump(),
       plan.value("window_mapping", std::string()));

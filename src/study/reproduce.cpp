@@ -73,6 +73,7 @@ struct Study {
   BudgetSpec budget;
   std::vector<std::string> findings;  // selected ids, in order
   int seeds = 1, jobs = 1, threads = 1;
+  int first_seed = 1;  // seeds are first_seed .. first_seed + seeds - 1 (--first-seed: a sample of fresh seeds)
   std::string out, precision = "fp32";
   SweepPlan sweep;                     // data, tokenizer and run folders (study/sweep.h runs them)
   StudyData data;
@@ -81,6 +82,11 @@ struct Study {
   std::map<std::string, size_t> eval_task;  // output file -> task
   const StudyRun* evaluator = nullptr;
 
+  std::vector<int> seed_list() const {
+    std::vector<int> v(static_cast<size_t>(seeds));
+    std::iota(v.begin(), v.end(), first_seed);
+    return v;
+  }
   bool wants(const std::string& id) const { return std::count(findings.begin(), findings.end(), id) > 0; }
   // The steps a finding's runs train (its steps_factor x the budget's).
   long steps_of(const FindingSpec& f) const { return scaled_steps(budget, f.steps_factor); }
@@ -210,7 +216,7 @@ void add_eval_tasks(Study& s) {
   for (const std::string& id : s.findings) {
     const FindingSpec& f = *s.plan.finding(id);
     for (size_t hi = 0; hi < f.hybrids.size(); ++hi)
-      for (int seed = 1; seed <= s.seeds; ++seed) {
+      for (int seed : s.seed_list()) {
         const StudyRun& r = s.run(f, f.hybrids[hi], seed);
         const long steps = r.planned.steps;
         const std::string dir = r.planned.dir, ev = s.evals_dir(r);
@@ -386,8 +392,8 @@ json dry_run_summary(const Study& s, bool measure) {
   const BudgetSpec& b = s.budget;
   const double train_left = std::accumulate(train_seconds.begin(), train_seconds.end(), 0.0);
   return {{"plan", shown_path(s.plan.file)}, {"name", s.plan.name}, {"budget", b.name}, {"findings", s.findings},
-          {"seeds", s.seeds}, {"precision", s.precision}, {"jobs", s.jobs}, {"threads", s.threads},
-          {"out", s.out},
+          {"seeds", s.seeds}, {"first_seed", s.first_seed}, {"precision", s.precision}, {"jobs", s.jobs},
+          {"threads", s.threads}, {"out", s.out},
           {"data", {{"spec", b.data}, {"tokenizer", b.tokenizer}, {"dir", s.data.dir}, {"vocab", s.data.vocab},
                     {"train_tokens", s.data.train_tokens}, {"longppl_docs", s.data.longppl_docs},
                     {"longppl_docs_asked", b.longppl_docs}, {"doc_len", b.seq_len}}},
@@ -438,7 +444,7 @@ json collect_scaling(const Study& s, const FindingSpec& f) {
     in.seeds.emplace_back();
     json per_seed = json::array();
     std::vector<double> C, loss, Cl, lp;
-    for (int seed = 1; seed <= s.seeds; ++seed) {
+    for (int seed : s.seed_list()) {
       const StudyRun& r = s.run(f, h, seed);
       json pts = json::array();
       ScalingSeedPoint sp;
@@ -500,7 +506,7 @@ json collect_receptive(const Study& s, const FindingSpec& f) {
     in.hybrids.push_back(h);
     in.seeds.emplace_back();
     json seeds = json::array();
-    for (int seed = 1; seed <= s.seeds; ++seed) {
+    for (int seed : s.seed_list()) {
       const json j = maybe_json(s.evals_dir(s.run(f, h, seed)) + "/receptive-field.json");
       ReceptiveSeed rs;
       json row = json::object();
@@ -548,7 +554,7 @@ json collect_laziness(const Study& s, const FindingSpec& f) {
     in.hybrids.push_back(h);
     in.onset.emplace_back();
     json seeds = json::array();
-    for (int seed = 1; seed <= s.seeds; ++seed) {
+    for (int seed : s.seed_list()) {
       const json pts = over_training(s, s.run(f, h, seed));
       double onset = NAN;
       if (pts.is_array())
@@ -573,7 +579,7 @@ json collect_nope(const Study& s, const FindingSpec& f) {
   const double learned_min = f.rule.at("learned_min").get<double>();
   json by_length = json::object();
   std::set<std::string> ruler_skipped;  // RULER cells too short for their task (the same for every run)
-  for (int seed = 1; seed <= s.seeds; ++seed) {
+  for (int seed : s.seed_list()) {
     NopeSeed ns;
     for (size_t k = 0; k < 2; ++k) {
       const StudyRun& r = s.run(f, f.hybrids[k], seed);
@@ -684,7 +690,7 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total, const jso
                       {"eval_every", b.eval_every}, {"tokens_per_run", static_cast<double>(b.steps) * b.tokens_per_step()},
                       {"data", b.data}, {"tokenizer", b.tokenizer}, {"set", b.sets}, {"train", b.train_args},
                       {"niah_samples", b.niah_samples}, {"longppl_docs", b.longppl_docs}}},
-          {"seeds", s.seeds},
+          {"seeds", s.seeds}, {"first_seed", s.first_seed},
           {"proxy", {{"mix_niah", s.plan.mix_niah}, {"mix_haystack", s.plan.mix_haystack},
                      {"niah_digits", s.plan.niah_digits}, {"note", s.plan.proxy_note}}},
           {"evaluator", s.evaluator ? json{{"preset", s.plan.evaluator.preset}, {"steps", s.evaluator->planned.steps},
@@ -733,7 +739,10 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   std::sort(s.findings.begin(), s.findings.end());
   if (o.seeds < 0) fail("--seeds must be >= 1, got {}", o.seeds);
   if (o.jobs < 0) fail("--jobs must be >= 1, got {}", o.jobs);
+  if (o.first_seed < 0 || o.first_seed > 1000000000)
+    fail("--first-seed must be a whole number from 1 to 1000000000, got {}", o.first_seed);
   s.seeds = o.seeds > 0 ? o.seeds : s.budget.seeds;
+  s.first_seed = o.first_seed > 0 ? o.first_seed : 1;
   if (o.ranks > 1 && !o.barrier) fail("reproduce across {} ranks needs a barrier", o.ranks);
   const int cpus = o.cores > 0 ? o.cores : cores();
   s.jobs = o.jobs > 0 ? o.jobs : cpus;
@@ -749,16 +758,22 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   s.sweep.tokenizer = s.budget.tokenizer;
   s.sweep.tokens_per_step = s.budget.tokens_per_step();
 
-  // The folder belongs to one study: a rerun must ask for the same plan, budget and precision. Seeds may grow
-  // (--seeds 5 over a 3-seed study trains seeds 4 and 5 and keeps the rest); without --seeds a rerun keeps the
-  // folder's count. A dry run checks the same and writes nothing.
+  // The folder belongs to one study: a rerun must ask for the same plan, budget, precision and first seed. Seeds may
+  // grow (--seeds 5 over a 3-seed study trains seeds 4 and 5 and keeps the rest); without --seeds or --first-seed a
+  // rerun keeps the folder's. A dry run checks the same and writes nothing.
   if (!o.dry_run) fs::create_directories(out);
   const std::string study_json = (out / "study.json").string();
   json st = {{"plan", fs::absolute(s.plan.file).lexically_normal().string()}, {"budget", s.budget.name},
-             {"seeds", s.seeds}, {"precision", s.precision}, {"wall_seconds", 0.0}};
+             {"seeds", s.seeds}, {"first_seed", s.first_seed}, {"precision", s.precision}, {"wall_seconds", 0.0}};
   if (fs::exists(study_json)) {
     json have = read_json_file(study_json);
-    if (!have.contains("precision")) have["precision"] = "fp32";  // folders from before the option
+    if (!have.contains("precision")) have["precision"] = "fp32";  // folders from before these options
+    if (!have.contains("first_seed")) have["first_seed"] = 1;
+    if (o.first_seed == 0 && have["first_seed"].is_number_integer()) s.first_seed = have["first_seed"].get<int>();
+    st["first_seed"] = s.first_seed;
+    if (have["first_seed"] != st["first_seed"])
+      fail("{}: field 'first_seed' is {} but this run asks for {}; use another --out or the same options", study_json,
+           have["first_seed"].dump(), st["first_seed"].dump());
     for (const char* k : {"plan", "budget", "precision"})
       if (have.value(k, json()) != st[k])
         fail("{}: field '{}' is {} but this run asks for {}; use another --out or the same options", study_json, k,
@@ -772,7 +787,8 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
            "drop them: use another --out", study_json, had.get<int>(), s.seeds, had.get<int>());
     if (s.seeds > had.get<int>() && !o.quiet && !o.dry_run)
       fmt::print(stderr, "reproduce: {} holds {} seed{}; adding seed{} {}..{}\n", o.out, had.get<int>(),
-                 had.get<int>() == 1 ? "" : "s", s.seeds - had.get<int>() == 1 ? "" : "s", had.get<int>() + 1, s.seeds);
+                 had.get<int>() == 1 ? "" : "s", s.seeds - had.get<int>() == 1 ? "" : "s",
+                 s.first_seed + had.get<int>(), s.first_seed + s.seeds - 1);
     st["seeds"] = s.seeds;
     st["wall_seconds"] = have.value("wall_seconds", 0.0);
   }
@@ -792,11 +808,12 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   size_t most_runs = 1;
   for (auto& id : s.findings) most_runs += s.plan.finding(id)->hybrids.size() * static_cast<size_t>(s.seeds);
   s.runs.reserve(most_runs);  // tasks keep pointers into it
+  // The evaluator is an instrument, the same for every sample of seeds: always seed 1.
   if (s.wants("a")) add_run(s, s.plan.evaluator, 1, true, s.plan.evaluator_steps_factor);
   for (auto& id : s.findings) {
     const FindingSpec& f = *s.plan.finding(id);
     for (auto& h : f.hybrids)
-      for (int seed = 1; seed <= s.seeds; ++seed) add_run(s, s.plan.hybrid(h), seed, false, f.steps_factor);
+      for (int seed : s.seed_list()) add_run(s, s.plan.hybrid(h), seed, false, f.steps_factor);
   }
   if (s.wants("a")) s.evaluator = &s.runs.front();
   for (auto& r : s.runs) inspect_run(r.planned);  // a folder holding another model is refused before anything runs
@@ -810,10 +827,12 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   for (auto& r : s.runs) run_steps.insert(r.planned.steps);
 
   if (!o.quiet)
-    fmt::print(stderr, "reproduce: plan {} ({}), budget {}: findings {}, {} runs of {} steps x {} tokens, {} seed{}, "
+    fmt::print(stderr, "reproduce: plan {} ({}), budget {}: findings {}, {} runs of {} steps x {} tokens, {} seed{}{}, "
                "{} tasks, {} at a time x {} thread{}; into {}\n", s.plan.file, s.plan.name, s.budget.name,
                fmt::join(s.findings, ","), s.runs.size(), fmt::join(run_steps, " or "), s.budget.batch * s.budget.seq_len,
-               s.seeds, s.seeds == 1 ? "" : "s", s.tasks.size(), s.jobs, s.threads, s.threads == 1 ? "" : "s", o.out);
+               s.seeds, s.seeds == 1 ? "" : "s",
+               s.first_seed == 1 ? "" : fmt::format(" ({}..{})", s.first_seed, s.first_seed + s.seeds - 1),
+               s.tasks.size(), s.jobs, s.threads, s.threads == 1 ? "" : "s", o.out);
   GraphOutcome g = run_task_graph(self_exe(), s.tasks, s.jobs, o.quiet, {o.rank, o.ranks, markers});
   if (!g.interrupted && o.ranks > 1) o.barrier();  // every rank's tasks have ended
   if (o.rank > 0) {

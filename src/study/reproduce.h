@@ -21,6 +21,7 @@ struct ReproduceOptions {
   std::string out;
   std::vector<std::string> only;    // finding ids; empty = every finding of the plan
   int seeds = 0;                    // 0: the budget's
+  int first_seed = 0;               // seeds first_seed.. (a fresh sample); 0: the folder's, else 1
   int jobs = 0;                     // children at once; 0: one per core
   std::string precision = "fp32";   // every training's --precision (bf16 needs a CPU with native bf16)
   bool report_only = false;         // rewrite report.md + figures from DIR/findings.json alone
