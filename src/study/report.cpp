@@ -320,18 +320,17 @@ std::string write_report(const json& all, const std::string& dir) {
                       f.value("claim", std::string()), f.value("verdict", std::string()), why);
   }
   const double tokens = budget.value("tokens_per_run", 0.0);
+  const int seeds = all.value("seeds", 0), first_seed = all.value("first_seed", 1);  // studies before --first-seed: 1
   md += fmt::format(
       "\n## How this was made\n\n"
       "- Budget `{}`: {} steps of {} x {} tokens ({:.3g} tokens per run), checkpoint and evaluation every {} steps, "
       "{} seed{}{} per hybrid; data `{}`, tokenizer `{}`; model size `{}`; train flags `{}`.\n"
       "- SWA windows: {}\n",
       budget.value("name", std::string()), budget.value("steps", 0L), budget.value("batch", 0L), budget.value("seq_len", 0L),
-      tokens, budget.value("eval_every", 0L), all.value("seeds", 0), all.value("seeds", 0) == 1 ? "" : "s",
-      // studies from before --first-seed have no such field: seeds 1.., said as before
-      all.value("first_seed", 1) == 1
-          ? std::string()
-          : fmt::format(" (seeds {}..{}: a sample of fresh seeds, `--first-seed {}`)", all.value("first_seed", 1),
-                        all.value("first_seed", 1) + all.value("seeds", 0) - 1, all.value("first_seed", 1)),
+      tokens, budget.value("eval_every", 0L), seeds, seeds == 1 ? "" : "s",
+      first_seed == 1 ? std::string()
+                      : fmt::format(" (seeds {}..{}: a sample of fresh seeds, `--first-seed {}`)", first_seed,
+                                    first_seed + seeds - 1, first_seed),
       budget.value("data", std::string()), budget.value("tokenizer", std::string()),
       budget.value("set", json::array()).dump(), budget.value("train", json::array()).dump(),
       plan.value("window_mapping", std::string()));

@@ -771,10 +771,7 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
     if (!have.contains("first_seed")) have["first_seed"] = 1;
     if (o.first_seed == 0 && have["first_seed"].is_number_integer()) s.first_seed = have["first_seed"].get<int>();
     st["first_seed"] = s.first_seed;
-    if (have["first_seed"] != st["first_seed"])
-      fail("{}: field 'first_seed' is {} but this run asks for {}; use another --out or the same options", study_json,
-           have["first_seed"].dump(), st["first_seed"].dump());
-    for (const char* k : {"plan", "budget", "precision"})
+    for (const char* k : {"plan", "budget", "precision", "first_seed"})
       if (have.value(k, json()) != st[k])
         fail("{}: field '{}' is {} but this run asks for {}; use another --out or the same options", study_json, k,
              have.value(k, json()).dump(), st[k].dump());
