@@ -73,6 +73,46 @@ void print_dry_run(const json& d) {
                "runs that do not repeat it\n", most);
 }
 
+// --sample-size: per finding, the pooled pilot, then how often a fresh sample of n seeds reads each verdict.
+void print_sample_size(const json& r) {
+  fmt::print("sample size (a planning figure, not a result): each finding's seeds modelled as normal with the mean "
+             "and sd below, the plan's rule applied to {} simulated fresh samples per seed count\n",
+             r["draws"].get<int>());
+  for (auto& f : r["findings"]) {
+    fmt::print("\n{}. {}\n", f["id"].get<std::string>(), f["title"].get<std::string>());
+    if (f.contains("model")) {
+      const json& m = f["model"];
+      const auto sd = [](const json& s) {
+        return fmt::format("{:+.4g} (sd {:.3g}, {} seeds)", s["mean"].get<double>(), s["sd"].get<double>(),
+                           s["n"].get<int>());
+      };
+      fmt::print("   effect {}, margin {:g}; ", sd(m["effect"]), m["margin"].get<double>());
+      if (m.contains("limited"))
+        fmt::print("{} {}, at most {:g}; ", m["limited_name"].get<std::string>(), sd(m["limited"]),
+                   m["limit"].get<double>());
+      if (m["interval"] == "t")
+        fmt::print("one-sided {:g}% t bounds\n", 100 * m["confidence"].get<double>());
+      else
+        fmt::print("the seeds' range\n");
+      for (auto& s : f["sources"])
+        fmt::print("   from {}: {}\n", s["path"].get<std::string>(), sd(s["effect"]));
+    }
+    if (f.contains("odds")) {
+      fmt::print("   {:>6} {:>8} {:>14} {:>13}\n", "seeds", "holds", "does not hold", "inconclusive");
+      for (auto& o : f["odds"])
+        fmt::print("   {:>6} {:>7.1f}% {:>13.1f}% {:>12.1f}%\n", o["seeds"].get<int>(), 100 * o["holds"].get<double>(),
+                   100 * o["does_not_hold"].get<double>(), 100 * o["inconclusive"].get<double>());
+      const int n = f["seeds_for_decided"].get<int>();
+      const double p = 100 * f["decided"].get<double>();
+      if (n > 0)
+        fmt::print("   a fresh sample decides it (holds or does not hold) {:g}% of the time from {} seeds\n", p, n);
+      else
+        fmt::print("   no sample of up to 200 seeds decides it {:g}% of the time\n", p);
+    }
+    if (f.contains("note")) fmt::print("   note: {}\n", f["note"].get<std::string>());
+  }
+}
+
 }  // namespace
 
 Command register_reproduce(CLI::App& app) {
@@ -94,6 +134,11 @@ Command register_reproduce(CLI::App& app) {
   add_precision_flag(sub, &o->precision);
   sub->add_option("--out", o->out, "study folder: runs/, findings.json, report.md, figures")->required();
   sub->add_flag("--report-only", o->report_only, "rewrite report.md and the figures from DIR/findings.json alone");
+  sub->add_flag("--sample-size", o->sample_size,
+                "how often a fresh sample of n seeds would decide each finding, simulated from the seeds in "
+                "DIR/findings.json (and --pilot folders); runs nothing, writes nothing");
+  sub->add_option("--pilot", o->pilots, "with --sample-size: another study folder whose seeds are pooled with DIR's")
+      ->needs("--sample-size");
   sub->add_flag("--dry-run", o->dry_run,
                 "list the runs (size, tokens, training FLOPs, passes over the data, what is on disk) and tasks, and "
                 "what LongPPL can read of the data; prepares the dataset, trains nothing, writes nothing into DIR");
@@ -116,6 +161,13 @@ Command register_reproduce(CLI::App& app) {
             }
             o->quiet = false;
             study::ReproduceOutcome r = study::run_reproduce(*o, train_option_kind());
+            if (o->sample_size) {
+              if (*json_out)
+                print_json(r.sample_size);
+              else
+                print_sample_size(r.sample_size);
+              return 0;
+            }
             if (o->dry_run) {
               if (*json_out)
                 print_json(r.dry_run);

@@ -29,6 +29,7 @@
 #include "study/json_file.h"
 #include "study/plan.h"
 #include "study/report.h"
+#include "study/sample_size.h"
 #include "study/sweep.h"
 #include "study/task_graph.h"
 #include "study/verdict.h"
@@ -714,6 +715,19 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   if (o.out.empty()) fail("reproduce needs --out DIR");
   if (o.dry_run && o.ranks > 1) fail("reproduce --dry-run: run it as one process, not under an MPI launcher");
   const fs::path out = o.out;
+  if (o.sample_size) {
+    std::vector<std::string> paths{(out / "findings.json").string()};
+    for (auto& p : o.pilots) paths.push_back((fs::path(p) / "findings.json").string());
+    std::vector<json> files;
+    for (auto& p : paths) {
+      if (!fs::exists(p)) fail("--sample-size: {} does not exist (a study folder's findings.json)", p);
+      files.push_back(read_json_file(p));
+      if (!files.back().contains("findings") || !files.back()["findings"].is_array())
+        fail("--sample-size: {}: field 'findings' is missing or not a list", p);
+    }
+    res.sample_size = sample_size(files.front(), std::vector<json>(files.begin() + 1, files.end()), paths);
+    return res;
+  }
   if (o.report_only) {
     if (o.rank > 0) return res;  // rank 0 writes it
     const std::string fj = (out / "findings.json").string();

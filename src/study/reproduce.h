@@ -25,6 +25,8 @@ struct ReproduceOptions {
   int jobs = 0;                     // children at once; 0: one per core
   std::string precision = "fp32";   // every training's --precision (bf16 needs a CPU with native bf16)
   bool report_only = false;         // rewrite report.md + figures from DIR/findings.json alone
+  bool sample_size = false;         // how many fresh seeds would decide each finding (study/sample_size.h); no run
+  std::vector<std::string> pilots;  // with sample_size: other study folders whose seeds are pooled with DIR's
   bool dry_run = false;             // plan only: ReproduceOutcome::dry_run lists the runs and tasks; nothing runs
   bool measure = false;             // with dry_run: time each model's training here (a short `hybridlm bench`)
   bool quiet = false;
@@ -41,6 +43,7 @@ struct ReproduceOutcome {
   // --dry-run: plan, budget, data (LongPPL's documents, training tokens), each run (preset, window, steps, tokens,
   // parameters, training FLOPs, passes over the training text, on disk: new / step N / done), tasks by kind.
   nlohmann::json dry_run;
+  nlohmann::json sample_size;       // --sample-size: study::sample_size() of DIR and the pilots
 };
 
 ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind& train_option);

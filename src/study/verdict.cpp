@@ -102,12 +102,36 @@ double student_t_quantile(double p, int dof) {
 }
 
 Bounds bounds_of(const Spread& s, const SeedRule& r) {
+  return bounds_of(s, r, r.interval == "t" && s.n >= 2 ? student_t_quantile(r.confidence, s.n - 1) : 0);
+}
+
+Bounds bounds_of(const Spread& s, const SeedRule& r, double t_quantile) {
   if (r.interval == "t") {
     if (s.n < 2) return {-INFINITY, INFINITY};  // one seed says nothing about the spread
-    const double half = student_t_quantile(r.confidence, s.n - 1) * s.sd / std::sqrt(static_cast<double>(s.n));
+    const double half = t_quantile * s.sd / std::sqrt(static_cast<double>(s.n));
     return {s.mean - half, s.mean + half};
   }
   return {s.mean - s.range(), s.mean + s.range()};
+}
+
+Verdict directional_verdict(const Spread& s, const Bounds& b, double margin, const SeedRule& r) {
+  if (s.n < r.min_seeds) return Verdict::kInconclusive;
+  const double scale = scale_of(s, margin);
+  if (at_least(s.mean, margin, scale) && above(b.lo, 0, scale)) return Verdict::kHolds;
+  if (below(b.hi, margin, scale)) return Verdict::kDoesNotHold;
+  return Verdict::kInconclusive;
+}
+
+LimitReading read_limit(const Spread& limited, const Bounds& lb, double limit, const SeedRule& r) {
+  const double scale = scale_of(limited, limit);
+  if (limited.n >= r.min_seeds && above(lb.lo, limit, scale)) return LimitReading::kBeyond;
+  return above(limited.mean, limit, scale) ? LimitReading::kMeanOver : LimitReading::kWithin;
+}
+
+Verdict with_limit(Verdict d, LimitReading l) {
+  if (l == LimitReading::kBeyond) return Verdict::kDoesNotHold;
+  if (d == Verdict::kHolds && l == LimitReading::kMeanOver) return Verdict::kInconclusive;
+  return d;
 }
 
 namespace {
@@ -158,14 +182,15 @@ VerdictResult directional(const std::vector<double>& effects, double margin, con
     eff += fmt::format("; {:g}% t bounds of the mean over {} seeds {:+.3g}..{:+.3g}", 100 * r.confidence, s.n, b.lo,
                        b.hi);
   eff += fmt::format("), margin {:.3g}", margin);
-  const double scale = scale_of(s, margin);
-  const bool reaches_margin = at_least(s.mean, margin, scale);
-  if (reaches_margin && above(b.lo, 0, scale)) return {Verdict::kHolds, eff};
-  if (below(b.hi, margin, scale)) return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
+  switch (directional_verdict(s, b, margin, r)) {
+    case Verdict::kHolds: return {Verdict::kHolds, eff};
+    case Verdict::kDoesNotHold: return {Verdict::kDoesNotHold, eff + ": below the margin beyond the seed spread"};
+    default: break;
+  }
   std::string why = eff + ": within the seed spread";
   if (const int n = seeds_to_decide(s, margin, r); n > 0)
     why += fmt::format(" (with this mean and spread, {} seeds would read '{}': a figure for planning a new study)", n,
-                       reaches_margin ? "holds" : "does not hold");
+                       at_least(s.mean, margin, scale_of(s, margin)) ? "holds" : "does not hold");
   return {Verdict::kInconclusive, why};
 }
 
@@ -215,9 +240,10 @@ VerdictResult verdict_scaling(const ScalingInput& in, const json& rule, json* de
   const SeedRule sr = SeedRule::from(rule);
   VerdictResult d = directional(effect, rule.at("margin").get<double>(), sr);
   const std::string loss_txt = fmt::format("val-loss spread {:.3g} ({}max {:.3g})", ls.mean, bounds_text(ls, sr), tol);
-  if (ls.n >= sr.min_seeds && above(bounds_of(ls, sr).lo, tol, scale_of(ls, tol)))
+  const LimitReading l = read_limit(ls, bounds_of(ls, sr), tol, sr);
+  if (l == LimitReading::kBeyond)
     return {Verdict::kDoesNotHold, loss_txt + ": the hybrids' val losses differ beyond the seed spread; LongPPL " + d.reason};
-  if (d.verdict == Verdict::kHolds && above(ls.mean, tol, scale_of(ls, tol)))
+  if (with_limit(d.verdict, l) != d.verdict)
     return {Verdict::kInconclusive, "LongPPL spread converges (" + d.reason + ") but " + loss_txt};
   d.reason = "LongPPL spread early - final: " + d.reason + "; " + loss_txt;
   return d;
@@ -314,10 +340,9 @@ VerdictResult verdict_nope(const std::vector<NopeSeed>& seeds, const json& rule,
   VerdictResult d = directional(effect, rule.at("margin").get<double>(), sr);
   const std::string loss_txt =
       fmt::format("short-context loss NoPE - RoPE {:+.3g} ({}tolerance {:.3g})", ld.mean, bounds_text(ld, sr), tol);
-  if (ld.n >= sr.min_seeds && above(bounds_of(ld, sr).lo, tol, scale_of(ld, tol)))
-    return {Verdict::kDoesNotHold, loss_txt + " beyond the seed spread; score " + d.reason};
-  if (d.verdict == Verdict::kHolds && above(ld.mean, tol, scale_of(ld, tol)))
-    return {Verdict::kInconclusive, "score " + d.reason + " but " + loss_txt};
+  const LimitReading l = read_limit(ld, bounds_of(ld, sr), tol, sr);
+  if (l == LimitReading::kBeyond) return {Verdict::kDoesNotHold, loss_txt + " beyond the seed spread; score " + d.reason};
+  if (with_limit(d.verdict, l) != d.verdict) return {Verdict::kInconclusive, "score " + d.reason + " but " + loss_txt};
   d.reason = "score NoPE - RoPE: " + d.reason + "; " + loss_txt;
   return d;
 }

@@ -41,6 +41,8 @@ struct Bounds {
   double lo = 0, hi = 0;
 };
 Bounds bounds_of(const Spread& s, const SeedRule& r);
+// The same with t(confidence, n - 1) already known (it costs a bisection; a simulation reuses it across samples).
+Bounds bounds_of(const Spread& s, const SeedRule& r, double t_quantile);
 // Student t distribution with `dof` degrees of freedom: P(T <= t), and the t with P(T <= t) = p (0.5 <= p < 1).
 double student_t_cdf(double t, int dof);
 double student_t_quantile(double p, int dof);
@@ -55,6 +57,15 @@ VerdictResult directional(const std::vector<double>& effects, double margin, con
 inline VerdictResult directional(const std::vector<double>& effects, double margin, int min_seeds) {
   return directional(effects, margin, SeedRule{min_seeds});
 }
+// The rule alone, on a spread and its bounds (directional() adds the reason; study/sample_size.h simulates it).
+Verdict directional_verdict(const Spread& s, const Bounds& b, double margin, const SeedRule& r);
+
+// Findings a and d also bound a second per-seed measurement from above (a: the val-loss spread, d: NoPE's loss
+// difference). kBeyond: its lower bound is above the limit (the finding does not hold, whatever the effect says);
+// kMeanOver: its mean is (a finding that would hold is inconclusive); kWithin: the effect's verdict stands.
+enum class LimitReading { kWithin, kMeanOver, kBeyond };
+LimitReading read_limit(const Spread& limited, const Bounds& lb, double limit, const SeedRule& r);
+Verdict with_limit(Verdict effect_verdict, LimitReading l);
 // For an inconclusive reading with "t" bounds: the fewest seeds with which the same mean and standard deviation
 // would decide the rule (mean >= margin: lo > 0, "holds"; else hi < margin, "does not hold"), or 0 (the "range"
 // reading, no spread, a mean that cannot clear 0, or more than kMaxSeedsToDecide). The inconclusive reason quotes
