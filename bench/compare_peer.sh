@@ -38,6 +38,10 @@ PY
 
 peer_ok() { [ -n "${1:-}" ] && [ -d "$1" ]; }
 peer_ok "${PEER:-}" || echo "note: PEER unset or missing: torch 1.13 peer skipped" >&2
+# Debian's python3-torch runs on whatever libblas.so.3 is installed; the reference BLAS makes it ~100x slower.
+if peer_ok "${PEER:-}" && ! ls /usr/lib/*/openblas*/libblas.so.3 > /dev/null 2>&1; then
+  echo "note: OpenBLAS is not installed: torch 1.13 would use the reference BLAS (apt-get install libopenblas0-pthread)" >&2
+fi
 if peer_ok "${PEER2:-}"; then
   "$PEER2/setup_venv.sh"
 else
