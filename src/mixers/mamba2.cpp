@@ -91,13 +91,13 @@ Mamba2Mixer::RunBuffers Mamba2Mixer::run_buffers(Alloc& arena, i64 B, i64 T) con
   RunBuffers b;
   Saved& s = b.saved;
   s.pre = arena.floats(N * Win(), "mamba2 in_proj");
-  s.xbc = arena.floats(N * Cc(), "mamba2 xBC");
   s.dt = arena.floats(N * nh_, "mamba2 dt");
   s.g = arena.floats(N * nh_, "mamba2 log decay");
   s.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "mamba2 chunk states");
   s.ys = arena.floats(N * di_, "mamba2 ssm out");
   s.rstd = arena.floats(N, "mamba2 norm rstd");
   b.temp_mark = arena.mark();
+  b.xbc = arena.floats(N * Cc(), "mamba2 xBC");
   b.v = arena.floats(N * di_, "mamba2 dt x");
   b.yg = arena.floats(N * di_, "mamba2 gated y");
   return b;
@@ -120,6 +120,7 @@ Mamba2Mixer::BackwardBuffers Mamba2Mixer::backward_buffers(Alloc& arena, i64 B, 
   b.nrm = arena.floats(N * di_, "mamba2 d: normalised y");  // later d yg
   b.dn = arena.floats(N * di_, "mamba2 d: norm out grad");  // later d ys
   b.dpre = arena.floats(N * Win(), "mamba2 d: in_proj");
+  b.xbc = arena.floats(N * Cc(), "mamba2 d: xBC recomputed");
   b.dxbc = arena.floats(N * Cc(), "mamba2 d: xBC");
   b.dv = arena.floats(N * di_, "mamba2 d: dt x");
   b.dg = arena.floats(N * nh_, "mamba2 d: log decay");
@@ -155,13 +156,13 @@ void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc
   ops::linear_forward(x, P(off_in_), s.pre, N, D_, Wi);  // [N, Win]: z | xBC | dt
   ds_ = doc_start;
   // xbc [N, Cc]: x | B | C after conv + SiLU
-  ops::causal_conv1d_forward(conv_args(s.pre, B, T, doc_start, conv_init), s.xbc, conv_fin);
-  ops::mamba2_dt_forward(s.pre + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), s.xbc, C, s.dt, s.g, b.v,
+  ops::causal_conv1d_forward(conv_args(s.pre, B, T, doc_start, conv_init), b.xbc, conv_fin);
+  ops::mamba2_dt_forward(s.pre + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), b.xbc, C, s.dt, s.g, b.v,
                          N, nh, Pd);  // v [N, nh, P]
-  const ops::ScalarDecayArgs<float> a = scan_args(s.xbc, b.v, s.g, B, T, doc_start, ssm_init);
+  const ops::ScalarDecayArgs<float> a = scan_args(b.xbc, b.v, s.g, B, T, doc_start, ssm_init);
   ops::scalar_decay_chunked_forward(a, s.ys, ssm_fin, s.states);  // ys [N, nh, P]
   float* yg = b.yg;
-  ops::mamba2_skip_gate_forward(s.ys, s.xbc, C, P(off_D_), s.pre, Wi, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
+  ops::mamba2_skip_gate_forward(s.ys, b.xbc, C, P(off_D_), s.pre, Wi, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
   ops::rmsnorm_forward(yg, P(off_norm_), yg, s.rstd, N, di, kNormEps);
   ops::linear_forward(yg, P(off_out_), y, N, di, D_);
   arena.release_to(b.temp_mark);
@@ -179,7 +180,10 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   const Saved& sv = saved_;
   auto mark = arena.mark();
   const BackwardBuffers bb = backward_buffers(arena, B, T);
-  float *yg = bb.yg, *nrm = bb.nrm, *dn = bb.dn, *dpre = bb.dpre, *dxbc = bb.dxbc, *part = bb.part;
+  float *yg = bb.yg, *nrm = bb.nrm, *dn = bb.dn, *dpre = bb.dpre, *dxbc = bb.dxbc, *part = bb.part, *xbc = bb.xbc;
+  // The conv output again (a short depthwise conv of the saved in_proj output: cheaper to redo than to keep, and
+  // the same kernel on the same input gives the forward's bits; training always starts from a zero conv state).
+  ops::causal_conv1d_forward(conv_args(sv.pre, B, T, ds_, nullptr), xbc, nullptr);
   // Recompute yg = ys * silu(z) and its normalised form for the out_proj weight gradient.
   const float* wn = P(off_norm_);
   ops::silu_gate_norm_recompute(sv.ys, sv.pre, Wi, sv.rstd, wn, yg, nrm, N, di);
@@ -191,14 +195,14 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   ops::silu_gate_backward(sv.ys, sv.pre, Wi, dyg, dys, dpre, Wi, N, di);
   // The scan's values v = dt x again, into yg's buffer (free from here): the forward's products, the same bits.
   float* v = yg;
-  ops::mamba2_dt_scale_x(sv.dt, sv.xbc, C, v, N, nh, Pd);
-  const ops::ScalarDecayArgs<float> a = scan_args(sv.xbc, v, sv.g, B, T, ds_, nullptr);
+  ops::mamba2_dt_scale_x(sv.dt, xbc, C, v, N, nh, Pd);
+  const ops::ScalarDecayArgs<float> a = scan_args(xbc, v, sv.g, B, T, ds_, nullptr);
   // dC and dB land in their xBC slots (q/k strides = Cc).
   ops::scalar_decay_chunked_backward(a, sv.states, dys, nullptr,
                                      {.dq = dxbc + di + N_, .dk = dxbc + di, .dv = bb.dv, .dg = bb.dg}, bb.ws);
   const float* alog = P(off_alog_);
   // dx (the x slots of dxBC), the raw dt column's gradient and the per-token terms of dD, dA, d dt_bias.
-  ops::mamba2_dt_backward(sv.xbc, C, bb.dv, dys, sv.dt, P(off_D_), decay_rates().data(), bb.dg, dxbc, C,
+  ops::mamba2_dt_backward(xbc, C, bb.dv, dys, sv.dt, P(off_D_), decay_rates().data(), bb.dg, dxbc, C,
                           dpre + 2 * di + 2 * N_, Wi, part, N, nh, Pd);
   // Per-head parameter gradients: fixed-order sums over tokens (deterministic whatever the thread count).
   for (i64 h = 0; h < nh; ++h) {

@@ -45,7 +45,6 @@ class Mamba2Mixer final : public Mixer {
   // layout. `span`: the probe's doc_start copy (Mixer::span_buffer). Forward is span_buffer, then run_buffers.
   struct Saved {               // kept by forward for backward
     float* pre = nullptr;      // [B*T, Win] in_proj output (z | xBC before conv | dt before softplus)
-    float* xbc = nullptr;      // [B*T, Cc]  silu(conv(xBC))
     float* dt = nullptr;       // [B*T, nh]  softplus(dt + dt_bias)
     float* g = nullptr;        // [B*T, nh]  dt * A
     float* states = nullptr;   // [B, nh, NC, N, P] chunk-entry states
@@ -55,6 +54,7 @@ class Mamba2Mixer final : public Mixer {
   struct RunBuffers {          // one run(): the saved buffers, then a temporary freed at temp_mark
     Saved saved;
     std::size_t temp_mark = 0;
+    float* xbc = nullptr;      // [B*T, Cc] silu(conv(xBC)) (backward recomputes it from pre: the same bits)
     float* v = nullptr;        // [B*T, di] dt * x, the scan's values (backward recomputes them from dt and x)
     float* yg = nullptr;       // [B*T, di] gated, then normalised y
   };
@@ -66,6 +66,7 @@ class Mamba2Mixer final : public Mixer {
   struct BackwardBuffers {
     float *yg = nullptr, *nrm = nullptr, *dn = nullptr;  // [B*T, di] each; yg later holds the recomputed v
     float* dpre = nullptr;     // [B*T, Win]
+    float* xbc = nullptr;      // [B*T, Cc] the forward's conv output, recomputed
     float* dxbc = nullptr;     // [B*T, Cc]
     float* dv = nullptr;       // [B*T, di]
     float* dg = nullptr;       // [B*T, nh]
