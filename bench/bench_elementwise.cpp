@@ -91,6 +91,20 @@ void BM_Mamba2GatesForwardBackward(benchmark::State& st) {
 }
 BENCHMARK(BM_Mamba2GatesForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Lightning's activations (silu on q | k | v, sigmoid on the gate) over one layer's projections [N, 4HK]: run
+// in forward and again in backward, which recomputes them rather than keeping them (docs/memory.md).
+void BM_LightningActivate(benchmark::State& st) {
+  constexpr i64 HK = kH * kHd;
+  const auto pre = randn(kN * 4 * HK, 21);
+  std::vector<float> act(pre.size());
+  for (auto _ : st) {
+    hlm::ops::lightning_activate(pre.data(), act.data(), kN, HK);
+    benchmark::DoNotOptimize(act.data());
+  }
+  set_bytes(st, kN * 4.0 * HK * 2.0);  // pre in, act out
+}
+BENCHMARK(BM_LightningActivate)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // Gated DeltaNet's output gate RMSNorm_K(o) w silu(gp): forward, the backward's recompute, backward.
 void BM_GdnOutGateForwardBackward(benchmark::State& st) {
   constexpr i64 HK = kH * kHd, Wp = 4 * HK + 2 * kH;

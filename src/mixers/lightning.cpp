@@ -75,12 +75,12 @@ LightningMixer::RunBuffers LightningMixer::run_buffers(Alloc& arena, i64 B, i64 
   RunBuffers b;
   Saved& s = b.saved;
   s.pre = arena.floats(N * W4, "lightning projections");
-  s.act = arena.floats(N * W4, "lightning activations");
   s.g = arena.floats(N * H_, "lightning log decay");
   s.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "lightning chunk states");
   s.o = arena.floats(N * HK, "lightning core out");
   s.rstd = arena.floats(N, "lightning norm rstd");
   b.temp_mark = arena.mark();
+  b.act = arena.floats(N * W4, "lightning activations");
   b.u = arena.floats(N * HK, "lightning gated norm");
   return b;
 }
@@ -98,6 +98,7 @@ template <class Alloc>
 LightningMixer::BackwardBuffers LightningMixer::backward_buffers(Alloc& arena, i64 B, i64 T) const {
   const i64 N = B * T, HK = this->HK();
   BackwardBuffers b;
+  b.act = arena.floats(N * 4 * HK, "lightning d: activations recomputed");
   b.nrm = arena.floats(N * HK, "lightning d: normalised o");  // RMSNorm(o) * w, later d o
   b.u = arena.floats(N * HK, "lightning d: gated norm");
   b.du = arena.floats(N * HK, "lightning d: gated norm grad");
@@ -132,15 +133,15 @@ void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* 
   const i64 N = B * T, HK = this->HK(), W4 = 4 * HK;
   const Saved& s = saved_ = b.saved;
   ops::linear_forward(x, P(off_w_), s.pre, N, D_, W4);  // [N, 4 HK]: q | k | v | gate
-  ops::lightning_activate(s.pre, s.act, N, HK);  // silu on q | k | v, sigmoid on the gate
+  ops::lightning_activate(s.pre, b.act, N, HK);  // silu on q | k | v, sigmoid on the gate
   for (i64 n = 0; n < N; ++n)
     for (i64 h = 0; h < H_; ++h) s.g[n * H_ + h] = static_cast<float>(-slopes_[h]);  // [N, H]
   ds_ = doc_start;
-  const ops::ScalarDecayArgs<float> a = scan_args(s.act, s.g, B, T, doc_start, init);
+  const ops::ScalarDecayArgs<float> a = scan_args(b.act, s.g, B, T, doc_start, init);
   ops::scalar_decay_chunked_forward(a, s.o, fin, s.states);  // o: [N, H, hd]
   float* u = b.u;  // RMSNorm(o) * sigmoid(gate), [N, HK]
   ops::rmsnorm_forward(s.o, P(off_norm_), u, s.rstd, N, HK, kNormEps);
-  ops::gate_multiply(u, s.act + 3 * HK, W4, N, HK);
+  ops::gate_multiply(u, b.act + 3 * HK, W4, N, HK);
   ops::linear_forward(u, P(off_wo_), y, N, HK, D_);
   arena.release_to(b.temp_mark);
 }
@@ -157,15 +158,18 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
   const Saved& sv = saved_;
   auto mark = arena.mark();
   const BackwardBuffers bb = backward_buffers(arena, B, T);
-  float *nrm = bb.nrm, *u = bb.u, *du = bb.du, *dpre = bb.dpre;
+  float *nrm = bb.nrm, *u = bb.u, *du = bb.du, *dpre = bb.dpre, *act = bb.act;
+  // The activations again (elementwise on the saved projections: the forward's op on the same input, the same
+  // bits), cheaper than keeping 4 H hd floats per token in every Lightning layer.
+  ops::lightning_activate(sv.pre, act, N, HK);
   // Recompute u = RMSNorm(o) w * sigmoid(gate) for the o_proj weight gradient.
-  ops::norm_gate_recompute(sv.o, sv.rstd, P(off_norm_), sv.act + 3 * HK, W4, nrm, u, N, HK);
+  ops::norm_gate_recompute(sv.o, sv.rstd, P(off_norm_), act + 3 * HK, W4, nrm, u, N, HK);
   ops::linear_backward(u, P(off_wo_), dy, du, G(off_wo_), N, HK, D_);
   // u = n * sg:  d gate_pre = du n sg (1 - sg);  d n = du sg.
-  ops::sigmoid_gate_backward(nrm, sv.act + 3 * HK, W4, du, dpre + 3 * HK, W4, N, HK);
+  ops::sigmoid_gate_backward(nrm, act + 3 * HK, W4, du, dpre + 3 * HK, W4, N, HK);
   float* d_o = nrm;  // the normalised o is no longer needed
   ops::rmsnorm_backward(sv.o, P(off_norm_), sv.rstd, du, d_o, G(off_norm_), N, HK);
-  const ops::ScalarDecayArgs<float> a = scan_args(sv.act, sv.g, B, T, ds_, nullptr);
+  const ops::ScalarDecayArgs<float> a = scan_args(act, sv.g, B, T, ds_, nullptr);
   // dq | dk | dv land in the q|k|v slots of dpre (same strides as act); dg is unused (constant decay).
   ops::scalar_decay_chunked_backward(a, sv.states, d_o, nullptr,
                                      {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = bb.dg}, bb.ws);

@@ -36,7 +36,6 @@ class LightningMixer final : public Mixer {
   // layout. `span`: the probe's doc_start copy (Mixer::span_buffer). Forward is span_buffer, then run_buffers.
   struct Saved {               // kept by forward for backward
     float* pre = nullptr;      // [B*T, 4*H*hd] projections before activation
-    float* act = nullptr;      // [B*T, 4*H*hd] silu(q|k|v) | sigmoid(gate)
     float* g = nullptr;        // [B*T, H] log decay (-s_h)
     float* states = nullptr;   // [B, H, NC, hd, hd] chunk-entry states
     float* o = nullptr;        // [B*T, H*hd] kernel output
@@ -45,6 +44,7 @@ class LightningMixer final : public Mixer {
   struct RunBuffers {          // one run(): the saved buffers, then a temporary freed at temp_mark
     Saved saved;
     std::size_t temp_mark = 0;
+    float* act = nullptr;      // [B*T, 4*H*hd] silu(q|k|v) | sigmoid(gate) (backward recomputes it from pre)
     float* u = nullptr;        // [B*T, H*hd] RMSNorm(o) * sigmoid(gate)
   };
   struct PrefillBuffers {
@@ -53,6 +53,7 @@ class LightningMixer final : public Mixer {
     RunBuffers run;
   };
   struct BackwardBuffers {
+    float* act = nullptr;      // [B*T, 4*H*hd] the forward's activations, recomputed
     float *nrm = nullptr, *u = nullptr, *du = nullptr;  // [B*T, H*hd] each
     float* dpre = nullptr;     // [B*T, 4*H*hd]
     float* dg = nullptr;       // [B*T, H]
@@ -63,7 +64,7 @@ class LightningMixer final : public Mixer {
   template <class Alloc> BackwardBuffers backward_buffers(Alloc& arena, i64 B, i64 T) const;
 
   // The whole forward on x[B, T, D] -> y, from `init` ([B, H, hd, hd] or nullptr) to `fin` (or nullptr), in
-  // buffers b (kept in saved_ for backward; b.u released to b.temp_mark before returning).
+  // buffers b (kept in saved_ for backward; b.act and b.u released to b.temp_mark before returning).
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init, float* fin,
            const RunBuffers& b, Arena& arena);
 

@@ -79,7 +79,7 @@ class Mamba2Mixer final : public Mixer {
 
   // Forward on x[B, T, D] from (conv_init [B, 3, Cc], ssm_init [B, nh, N, P]; nullptr = zeros) to
   // (conv_fin, ssm_fin; nullptr = not needed; conv_fin may alias conv_init, ssm_fin may not alias ssm_init), in
-  // buffers b (kept in saved_ for backward; b.yg released to b.temp_mark before returning).
+  // buffers b (kept in saved_ for backward; b.xbc, b.v and b.yg released to b.temp_mark before returning).
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
            float* conv_fin, const float* ssm_init, float* ssm_fin, const RunBuffers& b, Arena& arena);
   std::vector<float> decay_rates() const;  // A = -exp(A_log) per head
