@@ -142,4 +142,14 @@ TEST(SampleSize, CliPrintsTheOddsAndRefusesMissingFolders) {
       hlm::testing::run_cli_in(tmp.path, "reproduce --out " + (tmp.path / "none").string() + " --sample-size"),
       (tmp.path / "none" / "findings.json").string() + " does not exist");
   EXPECT_NE(hlm::testing::run_cli_in(tmp.path, "reproduce --out " + dir + "/c-x2-bf16-amx --pilot x").code, 0);
+  EXPECT_NE(hlm::testing::run_cli_in(tmp.path, "reproduce --out " + dir + "/c-x2-bf16-amx --sample-size --report-only")
+                .code, 0);
+  // --only picks findings: of the 3-seed Zen 4 study's four, only d.
+  const auto d = hlm::testing::run_cli_in(tmp.path, "reproduce --out " + dir + "/bf16-3seeds-amended --sample-size "
+                                                    "--only d --json");
+  ASSERT_EQ(d.code, 0) << d.err;
+  const json j = json::parse(d.out);
+  ASSERT_EQ(j["findings"].size(), 1u);
+  EXPECT_EQ(j["findings"][0]["id"], "d");
+  EXPECT_EQ(j["findings"][0]["model"]["limited_name"], "short-context loss NoPE - RoPE");
 }

@@ -146,6 +146,7 @@ Command register_reproduce(CLI::App& app) {
                 "with --dry-run: time a few training steps of each model here (hybridlm bench, the study's threads "
                 "and precision) and estimate the training time left")
       ->needs("--dry-run");
+  sub->get_option("--sample-size")->excludes("--report-only")->excludes("--dry-run");
   sub->add_flag("--json", *json_out, "print {report, findings, exit_code} as JSON on stdout");
   return {sub, [o, json_out]() -> int {
             for (auto& id : o->only)

@@ -725,6 +725,12 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
       if (!files.back().contains("findings") || !files.back()["findings"].is_array())
         fail("--sample-size: {}: field 'findings' is missing or not a list", p);
     }
+    if (!o.only.empty()) {  // the findings asked for, in DIR's order
+      json& fs = files.front()["findings"];
+      fs.erase(std::remove_if(fs.begin(), fs.end(), [&](const json& f) {
+                 return std::find(o.only.begin(), o.only.end(), f.value("id", "")) == o.only.end();
+               }), fs.end());
+    }
     res.sample_size = sample_size(files.front(), std::vector<json>(files.begin() + 1, files.end()), paths);
     return res;
   }
