@@ -122,6 +122,16 @@ TEST(SampleSize, CommittedStudiesGiveTheDocumentedPilots) {
   EXPECT_FALSE(finding(b, "b").contains("odds"));
   EXPECT_NE(finding(b, "b")["note"].get<std::string>().find("all or nothing"), std::string::npos);
 
+  // The first study (original plan, 2026-12-03): its findings.json keeps no sd for a and d, and its rules read the
+  // seeds' range. c's effects come from the onsets, so they have a figure, but no seed count is searched for.
+  std::ifstream first(fs::path(HLM_SOURCE_DIR) / "docs" / "results-reproduce" / "findings.json");
+  const json old = sample_size(json::parse(first), {}, {"first"}, 500);
+  EXPECT_FALSE(finding(old, "a").contains("odds"));
+  EXPECT_NE(finding(old, "a")["note"].get<std::string>().find("before 2026-12-04"), std::string::npos);
+  EXPECT_TRUE(finding(old, "a")["model"]["effect"]["sd"].is_null());
+  EXPECT_EQ(finding(old, "c")["seeds_for_decided"], 0);
+  EXPECT_NE(finding(old, "c")["note"].get<std::string>().find("range"), std::string::npos);
+
   const json a = sample_size(committed("fp32-part-a-amx-onepass-7seeds"), {}, {"a"}, 2000);
   const json& fa = finding(a, "a");
   EXPECT_NEAR(fa["model"]["effect"]["mean"].get<double>(), -0.0907, 1e-4);

@@ -83,8 +83,8 @@ void print_sample_size(const json& r) {
     if (f.contains("model")) {
       const json& m = f["model"];
       const auto sd = [](const json& s) {
-        return fmt::format("{:+.4g} (sd {:.3g}, {} seeds)", s["mean"].get<double>(), s["sd"].get<double>(),
-                           s["n"].get<int>());
+        const std::string sd = s["sd"].is_number() ? fmt::format("{:.3g}", s["sd"].get<double>()) : "unknown";
+        return fmt::format("{:+.4g} (sd {}, {} seeds)", s["mean"].get<double>(), sd, s["n"].get<int>());
       };
       fmt::print("   effect {}, margin {:g}; ", sd(m["effect"]), m["margin"].get<double>());
       if (m.contains("limited"))
@@ -106,7 +106,7 @@ void print_sample_size(const json& r) {
       const double p = 100 * f["decided"].get<double>();
       if (n > 0)
         fmt::print("   a fresh sample decides it (holds or does not hold) {:g}% of the time from {} seeds\n", p, n);
-      else
+      else if (f["model"]["interval"] == "t")
         fmt::print("   no sample of up to 200 seeds decides it {:g}% of the time\n", p);
     }
     if (f.contains("note")) fmt::print("   note: {}\n", f["note"].get<std::string>());

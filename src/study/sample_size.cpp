@@ -44,7 +44,7 @@ Spread spread_json(const json& j) {
   if (!j.is_object()) return s;
   s.n = j.value("n", 0);
   s.mean = j.value("mean", 0.0);
-  s.sd = j.value("sd", 0.0);
+  s.sd = j.value("sd", NAN);  // findings.json files from before 2026-12-04 keep min and max only
   s.min = j.value("min", s.mean);
   s.max = j.value("max", s.mean);
   return s;
@@ -55,7 +55,8 @@ struct Measured {
   Spread effect, limited;
 };
 
-std::optional<Measured> measured(const json& f) {
+// `budget_steps`: the study's steps, for findings.json files older than the per-finding `steps` field.
+std::optional<Measured> measured(const json& f, long budget_steps) {
   const std::string id = f.value("id", "");
   const json& d = f.value("details", json::object());
   if (id == "a") return Measured{spread_json(d.value("effect", json())), spread_json(d.value("loss_spread", json()))};
@@ -66,7 +67,8 @@ std::optional<Measured> measured(const json& f) {
     const json& per = d.value("per_hybrid", json::object());
     if (hy.size() < 2 || !per.contains(hy.front()) || !per.contains(hy.back())) return Measured{};
     const json &small = per[hy.front()], &large = per[hy.back()];
-    const double never = small.at("mean_counting_never_as").get<double>(), steps = f.at("steps").get<double>();
+    const double never = small.at("mean_counting_never_as").get<double>(),
+                 steps = f.contains("steps") ? f["steps"].get<double>() : static_cast<double>(budget_steps);
     const auto step = [&](const json& x) { return x.is_number() ? x.get<double>() : never; };
     std::vector<double> effect;
     for (size_t s = 0; s < std::min(small["onset_steps"].size(), large["onset_steps"].size()); ++s)
@@ -98,7 +100,9 @@ json odds_json(const SampleOdds& o) {
   return {{"seeds", o.seeds}, {"holds", o.holds}, {"does_not_hold", o.does_not_hold}, {"inconclusive", o.inconclusive}};
 }
 
-json spread_summary(const Spread& s) { return {{"n", s.n}, {"mean", s.mean}, {"sd", s.sd}}; }
+json spread_summary(const Spread& s) {
+  return {{"n", s.n}, {"mean", s.mean}, {"sd", std::isnan(s.sd) ? json() : json(s.sd)}};  // null: not recorded
+}
 
 constexpr double kDecided = 0.8;  // the power a confirmatory sample is usually sized for
 const int kGrid[] = {3, 4, 5, 6, 7, 8, 10, 12, 15, 20, 30, 50};
@@ -160,7 +164,7 @@ Spread pooled(const std::vector<Spread>& parts) {
   p.mean = sum / p.n;
   double ss = 0;  // within each part, plus each part's mean against the pooled one
   for (auto& s : parts)
-    if (s.n > 0) ss += (s.n - 1) * s.sd * s.sd + s.n * (s.mean - p.mean) * (s.mean - p.mean);
+    if (s.n > 0) ss += (s.n > 1 ? (s.n - 1) * s.sd * s.sd : 0) + s.n * (s.mean - p.mean) * (s.mean - p.mean);
   p.sd = p.n > 1 ? std::sqrt(ss / (p.n - 1)) : 0;
   return p;
 }
@@ -173,7 +177,7 @@ json sample_size(const json& main, const std::vector<json>& pilots, const std::v
     std::optional<Measured> here;
     SampleModel m;
     try {
-      here = measured(f);
+      here = measured(f, main.at("budget").at("steps").get<long>());
       if (here) m = model_of(id, f.at("rule"));
     } catch (const json::exception& e) {
       fail("{}: finding {}: {}", paths.at(0), id, e.what());
@@ -193,7 +197,7 @@ json sample_size(const json& main, const std::vector<json>& pilots, const std::v
         if (g.value("id", "") != id) continue;
         std::optional<Measured> m;
         try {
-          m = measured(g);
+          m = measured(g, pilots[p].at("budget").at("steps").get<long>());
         } catch (const json::exception& e) {
           fail("{}: finding {}: {}", paths.at(p + 1), id, e.what());
         }
@@ -217,8 +221,15 @@ json sample_size(const json& main, const std::vector<json>& pilots, const std::v
       if (m.limited.n < 2) note += "the limited measurement has fewer than 2 seeds: it is left out. ";
       m.has_limit = m.limited.n >= 2;
     }
-    if (m.effect.n < 2) {
-      r["note"] = note + "fewer than 2 seeds in all: no spread to model";
+    if (m.has_limit && std::isnan(m.limited.sd) && !std::isnan(m.effect.sd)) {
+      note += "the limited measurement's standard deviation is not in every findings.json (files written before "
+              "2026-12-04 keep min and max only): it is left out. ";
+      m.has_limit = false;
+    }
+    if (m.effect.n < 2 || std::isnan(m.effect.sd)) {
+      r["note"] = note + (m.effect.n < 2 ? "fewer than 2 seeds in all: no spread to model"
+                                         : "no figure: the effect's standard deviation is not in every findings.json "
+                                           "(files written before 2026-12-04 keep min and max only)");
       out.push_back(r);
       continue;
     }

@@ -38,7 +38,8 @@ SampleOdds sample_odds(const SampleModel& m, int n, int draws, uint64_t seed);
 // The fewest seeds (2..max_seeds) with which at least `decided` of the samples read holds or does not hold, or 0.
 int seeds_for_decision(const SampleModel& m, double decided, int draws, int max_seeds = 200);
 
-// Spreads of separate samples as one: n, mean and sd exactly as spread_of over all their values; min, max overall.
+// Spreads of separate samples as one: n, mean and sd exactly as spread_of over all their values; min, max overall
+// (sd NaN when a part with two or more values has none).
 Spread pooled(const std::vector<Spread>& parts);
 
 // Per finding of `main` (a findings.json), its model pooled with the same finding in `pilots` (other folders'
