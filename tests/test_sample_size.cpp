@@ -95,7 +95,7 @@ TEST(SampleSize, FiguresAreReproducibleAndTheSeedCountIsTheFirstThatDecides) {
   ASSERT_GT(n, 3);
   ASSERT_LT(n, 20);
   const auto decided = [&](int k) {
-    const SampleOdds o = sample_odds(m, k, 5000, 1000003ULL * k);
+    const SampleOdds o = sample_odds(m, k, 5000, sample_seed(k));
     return o.holds + o.does_not_hold;
   };
   EXPECT_GE(decided(n), 0.8);

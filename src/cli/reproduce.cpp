@@ -162,20 +162,12 @@ Command register_reproduce(CLI::App& app) {
             }
             o->quiet = false;
             study::ReproduceOutcome r = study::run_reproduce(*o, train_option_kind());
-            if (o->sample_size) {
-              if (*json_out)
-                print_json(r.sample_size);
-              else
-                print_sample_size(r.sample_size);
+            const auto show = [&](const json& j, void (*as_text)(const json&)) {
+              *json_out ? print_json(j) : as_text(j);
               return 0;
-            }
-            if (o->dry_run) {
-              if (*json_out)
-                print_json(r.dry_run);
-              else
-                print_dry_run(r.dry_run);
-              return 0;
-            }
+            };
+            if (o->sample_size) return show(r.sample_size, print_sample_size);
+            if (o->dry_run) return show(r.dry_run, print_dry_run);
             if (*json_out)
               print_json({{"report", r.report}, {"findings", r.findings}, {"exit_code", r.exit_code}});
             else if (!r.report.empty())

@@ -39,7 +39,7 @@ class Normal {
   bool has_spare_ = false;
 };
 
-Spread spread_json(const json& j) {
+Spread spread_from_json(const json& j) {
   Spread s;
   if (!j.is_object()) return s;
   s.n = j.value("n", 0);
@@ -59,9 +59,9 @@ struct Measured {
 std::optional<Measured> measured(const json& f, long budget_steps) {
   const std::string id = f.value("id", "");
   const json& d = f.value("details", json::object());
-  if (id == "a") return Measured{spread_json(d.value("effect", json())), spread_json(d.value("loss_spread", json()))};
+  if (id == "a") return Measured{spread_from_json(d.value("effect", json())), spread_from_json(d.value("loss_spread", json()))};
   if (id == "d")
-    return Measured{spread_json(d.value("effect", json())), spread_json(d.value("loss_difference", json()))};
+    return Measured{spread_from_json(d.value("effect", json())), spread_from_json(d.value("loss_difference", json()))};
   if (id == "c") {  // onset(largest window) - onset(smallest), in fractions of the run, "never" as the rule counts it
     const auto& hy = f.at("hybrids");
     const json& per = d.value("per_hybrid", json::object());
@@ -109,6 +109,8 @@ const int kGrid[] = {3, 4, 5, 6, 7, 8, 10, 12, 15, 20, 30, 50};
 
 }  // namespace
 
+uint64_t sample_seed(int n) { return 1000003ULL * static_cast<uint64_t>(n); }
+
 SampleOdds sample_odds(const SampleModel& m, int n, int draws, uint64_t seed) {
   if (n < 1 || draws < 1) fail("sample_odds: n and draws must be >= 1 (got {} and {})", n, draws);
   const double t = m.rule.interval == "t" && n >= 2 ? student_t_quantile(m.rule.confidence, n - 1) : 0;
@@ -138,7 +140,7 @@ int seeds_for_decision(const SampleModel& m, double decided, int draws, int max_
   // threshold to search for; each n has its own draws, so the answer does not depend on the search's path.
   if (m.rule.interval != "t") return 0;
   const auto ok = [&](int n) {
-    const SampleOdds o = sample_odds(m, n, draws, 1000003ULL * static_cast<uint64_t>(n));
+    const SampleOdds o = sample_odds(m, n, draws, sample_seed(n));
     return o.holds + o.does_not_hold >= decided;
   };
   int lo = 1, hi = max_seeds;  // one seed decides nothing (no spread)
@@ -234,7 +236,7 @@ json sample_size(const json& main, const std::vector<json>& pilots, const std::v
       continue;
     }
     json odds = json::array();
-    for (int n : kGrid) odds.push_back(odds_json(sample_odds(m, n, draws, 1000003ULL * static_cast<uint64_t>(n))));
+    for (int n : kGrid) odds.push_back(odds_json(sample_odds(m, n, draws, sample_seed(n))));
     r["odds"] = odds;
     r["decided"] = kDecided;
     r["seeds_for_decided"] = seeds_for_decision(m, kDecided, draws);

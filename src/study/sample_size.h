@@ -35,6 +35,10 @@ struct SampleOdds {
 // mean and sd; `seed` picks the draws.
 SampleOdds sample_odds(const SampleModel& m, int n, int draws, uint64_t seed);
 
+// The draws' seed for n seeds in sample_size() and seeds_for_decision(): each n has its own, so a figure does not
+// depend on which other seed counts were computed.
+uint64_t sample_seed(int n);
+
 // The fewest seeds (2..max_seeds) with which at least `decided` of the samples read holds or does not hold, or 0.
 int seeds_for_decision(const SampleModel& m, double decided, int draws, int max_seeds = 200);
 
