@@ -98,16 +98,23 @@ void BM_ScalarDecayChunkedForward(benchmark::State& st) {
 }
 BENCHMARK(BM_ScalarDecayChunkedForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Second arg 1: chunk states saved by the forward; 0: recomputed by the backward (what Lightning does).
 void BM_ScalarDecayChunkedBackward(benchmark::State& st) {
   Buffers b(shape_of(st));
   b.forward();
+  const bool saved = st.range(1) != 0;
   for (auto _ : st) {
-    b.backward(true);
+    b.backward(saved);
     benchmark::DoNotOptimize(b.dg.data());
   }
-  set_rate(st, b.bwd_flops(true));
+  set_rate(st, b.bwd_flops(saved));
 }
-BENCHMARK(BM_ScalarDecayChunkedBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ScalarDecayChunkedBackward)
+    ->Args({0, 1})
+    ->Args({0, 0})
+    ->Args({1, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_ScalarDecayChunkedForwardBackward(benchmark::State& st) {
   Buffers b(shape_of(st));

@@ -271,6 +271,12 @@ TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
   ops::swiglu_backward(gu.data(), dh2.data(), dgu2.data(), N, F, dh2.data());
   EXPECT_EQ(dgu2, dgu);
   EXPECT_TRUE(close_rel(dh2, ref_swiglu(gud, N, F), 1e-6, "swiglu h from backward"));
+
+  // Fully in place, as training runs it: d gate|up over gate|up, the product over dh. The same bits.
+  auto gu3 = gu, dh3 = dh;
+  ops::swiglu_backward(gu3.data(), dh3.data(), gu3.data(), N, F, dh3.data());
+  EXPECT_EQ(gu3, dgu);
+  EXPECT_EQ(dh3, dh2);
 }
 
 // -------------------------------------------- rope -------------------------------------------------

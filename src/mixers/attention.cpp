@@ -65,17 +65,17 @@ void AttentionMixer::ensure_rope(i64 T) {
 }
 
 template <class Alloc>
-AttentionMixer::Saved AttentionMixer::saved_buffers(Alloc& arena, i64 B, i64 T) const {
+AttentionMixer::ForwardBuffers AttentionMixer::forward_buffers(Alloc& arena, i64 B, i64 T) const {
   const i64 N = B * T, W3 = qkv_width();
-  Saved s;
-  s.qkv = arena.floats(N * W3, "attention qkv");
-  if (qk_norm_) {
-    s.qk_pre_norm = arena.floats(N * (H_ + Hkv_) * hd_, "attention qk pre-norm");
-    s.qk_rstd = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
-  }
+  ForwardBuffers b;
+  Saved& s = b.saved;
+  s.qkv = arena.floats(N * W3, qk_norm_ ? "attention qkv before the QK norm" : "attention qkv");
+  if (qk_norm_) s.qk_rstd = arena.floats(N * (H_ + Hkv_), "attention qk rstd");
   s.o = arena.floats(N * H_ * hd_, "attention out");
   s.lse = arena.floats(B * H_ * T, "attention lse");
-  return s;
+  b.temp_mark = arena.mark();
+  if (qk_norm_) b.qkv_normed = arena.floats(N * W3, "attention qkv normed");
+  return b;
 }
 
 template <class Alloc>
@@ -84,6 +84,7 @@ AttentionMixer::BackwardBuffers AttentionMixer::backward_buffers(Alloc& arena, i
   BackwardBuffers b;
   b.d_o = arena.floats(N * H_ * hd_, "attention d_out");
   b.dqkv = arena.floats(N * qkv_width(), "attention dqkv");
+  if (qk_norm_) b.qkv_normed = arena.floats(N * qkv_width(), "attention d: qkv normed, recomputed");
   return b;
 }
 
@@ -106,7 +107,7 @@ AttentionMixer::PrefillBuffers AttentionMixer::prefill_buffers(Alloc& arena, i64
 ArenaUse AttentionMixer::arena_use(i64 B, i64 T) const {
   // A windowed prefill at its worst: a full window behind it, W-1 cached entries staged before the chunk's.
   const i64 w = effective_window(), Tk = w > 0 ? w - 1 + T : 0;
-  return count_arena_use([&](ArenaCount& c) { saved_buffers(c, B, T); },
+  return count_arena_use([&](ArenaCount& c) { c.release_to(forward_buffers(c, B, T).temp_mark); },
                          [&](ArenaCount& c) { backward_buffers(c, B, T); },
                          [&](ArenaCount& c) { prefill_buffers(c, B, T, Tk); });
 }
@@ -158,17 +159,24 @@ void AttentionMixer::norm_and_rope(float* qkv, float* rstd, i64 B, i64 T, i64 po
 void AttentionMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& arena) {
   const i64 N = s.B * s.T, W3 = qkv_width();
   ensure_rope(s.T);
-  const Saved& sv = saved_ = saved_buffers(arena, s.B, s.T);
+  const ForwardBuffers fb = forward_buffers(arena, s.B, s.T);
+  const Saved& sv = saved_ = fb.saved;
   ops::linear_forward(x, P(off_wqkv_), sv.qkv, N, D_, W3);  // [N, (H + 2 Hkv) hd]
-  if (qk_norm_) {
-    const i64 QK = (H_ + Hkv_) * hd_;
-    parallel_for(N, [&](i64 b, i64 e) {
-      for (i64 n = b; n < e; ++n) std::memcpy(sv.qk_pre_norm + n * QK, sv.qkv + n * W3, sizeof(float) * QK);
-    });
-  }
-  norm_and_rope(sv.qkv, sv.qk_rstd, s.B, s.T, -1, nullptr);
-  ops::attention_forward(attention_args(sv.qkv, s.B, s.T, s.doc_start), sv.o, sv.lse);
+  float* qkv = sv.qkv;  // RoPE'd in place, or (QK norm) a normed copy
+  if (qk_norm_)
+    qkv = normed_copy(sv, fb.qkv_normed, s.B, s.T);
+  else
+    norm_and_rope(qkv, nullptr, s.B, s.T, -1, nullptr);
+  ops::attention_forward(attention_args(qkv, s.B, s.T, s.doc_start), sv.o, sv.lse);
   ops::linear_forward(sv.o, P(off_wo_), y, N, H_ * hd_, D_);
+  arena.release_to(fb.temp_mark);
+}
+
+float* AttentionMixer::normed_copy(const Saved& sv, float* copy, i64 B, i64 T) {
+  const i64 n = B * T * qkv_width();
+  parallel_for(n, [&](i64 lo, i64 hi) { std::memcpy(copy + lo, sv.qkv + lo, sizeof(float) * (hi - lo)); });
+  norm_and_rope(copy, sv.qk_rstd, B, T, -1, nullptr);
+  return copy;
 }
 
 void AttentionMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
@@ -178,7 +186,9 @@ void AttentionMixer::backward(const float* x, const float* dy, float* dx, const 
   const BackwardBuffers bb = backward_buffers(arena, s.B, s.T);
   float *d_o = bb.d_o, *dqkv = bb.dqkv;
   ops::linear_backward(sv.o, P(off_wo_), dy, d_o, G(off_wo_), N, H_ * hd_, D_);
-  ops::attention_backward(attention_args(sv.qkv, s.B, s.T, s.doc_start), sv.o, sv.lse, d_o,
+  // The kernel's q | k | v: saved after RoPE, or (QK norm) normed again from the saved projection.
+  const float* qkv = qk_norm_ ? normed_copy(sv, bb.qkv_normed, s.B, s.T) : sv.qkv;
+  ops::attention_backward(attention_args(qkv, s.B, s.T, s.doc_start), sv.o, sv.lse, d_o,
                           {dqkv, dqkv + H_ * hd_, dqkv + (H_ + Hkv_) * hd_});
   if (rope_) {
     ops::rope_backward(rope_tab_, dqkv, s.B, s.T, H_, W3);
@@ -192,7 +202,7 @@ void AttentionMixer::backward(const float* x, const float* dy, float* dx, const 
       const int th = omp_get_thread_num();
       std::vector<float> tmp(static_cast<size_t>(std::max(H_, Hkv_) * hd_));
       for (i64 n = b; n < e; ++n) {
-        const float* pre = sv.qk_pre_norm + n * (H_ + Hkv_) * hd_;
+        const float* pre = sv.qkv + n * W3;  // q | k before the norm
         float* drow = dqkv + n * W3;
         const float* rs = sv.qk_rstd + n * (H_ + Hkv_);
         ops::rmsnorm_backward(pre, P(off_qn_), rs, drow, tmp.data(), dwq.data() + th * hd_, H_, hd_);

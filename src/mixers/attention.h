@@ -55,16 +55,24 @@ class AttentionMixer final : public Mixer {
   // Arena buffers, listed once per phase: forward, backward and prefill take them from the step's Arena,
   // arena_use() counts the same lists with an ArenaCount (core/arena_count.h). Allocation order is the
   // layout.
+  // With QK norm, forward keeps the projection's q | k | v (before the norm, which its backward reads) and runs
+  // the kernel on a normed copy that it frees; backward reruns the norm and RoPE on another copy (the same op on
+  // the same data: the same bits). That keeps 3 rather than 5 rows of (H + Hkv) hd-ish floats per token.
   struct Saved {                    // kept by forward for backward
-    float* qkv = nullptr;           // [B*T, qkv_width()] q | k | v after QK norm and RoPE
-    float* qk_pre_norm = nullptr;  // [B*T, (H + Hkv) hd]: q | k before the QK norm (qk_norm only; v needs none)
+    float* qkv = nullptr;           // [B*T, qkv_width()] q | k | v: after RoPE, or (qk_norm) before the QK norm
     float* qk_rstd = nullptr;       // [B*T, H + Hkv] the QK norm's 1/rms (qk_norm only)
     float* o = nullptr;             // [B*T, H*hd]
     float* lse = nullptr;           // [B, H, T] log-sum-exp of the scores
   };
+  struct ForwardBuffers {           // the saved buffers, then (qk_norm) a temporary freed at temp_mark
+    Saved saved;
+    std::size_t temp_mark = 0;
+    float* qkv_normed = nullptr;    // [B*T, qkv_width()] after QK norm and RoPE (qk_norm only)
+  };
   struct BackwardBuffers {
     float* d_o = nullptr;           // [B*T, H*hd]
     float* dqkv = nullptr;          // [B*T, qkv_width()]
+    float* qkv_normed = nullptr;    // [B*T, qkv_width()] recomputed (qk_norm only)
   };
   struct PrefillBuffers {
     float* qkv = nullptr;           // [B*T, qkv_width()]
@@ -74,7 +82,10 @@ class AttentionMixer final : public Mixer {
     float* lse = nullptr;           // [B, H, T]
     float *ks = nullptr, *vs = nullptr;  // [B, Tk, Hkv*hd] staged keys, values (window layers: Tk > 0)
   };
-  template <class Alloc> Saved saved_buffers(Alloc& arena, i64 B, i64 T) const;
+  template <class Alloc> ForwardBuffers forward_buffers(Alloc& arena, i64 B, i64 T) const;
+  // QK norm: the kernel's q | k | v, normed and RoPE'd from the saved projection into `copy` (sv.qk_rstd written;
+  // in backward, with the values forward wrote).
+  float* normed_copy(const Saved& sv, float* copy, i64 B, i64 T);
   template <class Alloc> BackwardBuffers backward_buffers(Alloc& arena, i64 B, i64 T) const;
   // Tk: keys a windowed prefill attends over (the cached ones it stages, then the chunk's); 0 = full attention.
   template <class Alloc> PrefillBuffers prefill_buffers(Alloc& arena, i64 B, i64 T, i64 Tk) const;

@@ -76,11 +76,11 @@ LightningMixer::RunBuffers LightningMixer::run_buffers(Alloc& arena, i64 B, i64 
   Saved& s = b.saved;
   s.pre = arena.floats(N * W4, "lightning projections");
   s.g = arena.floats(N * H_, "lightning log decay");
-  s.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "lightning chunk states");
   s.o = arena.floats(N * HK, "lightning core out");
   s.rstd = arena.floats(N, "lightning norm rstd");
   b.temp_mark = arena.mark();
   b.act = arena.floats(N * W4, "lightning activations");
+  b.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "lightning chunk states");
   b.u = arena.floats(N * HK, "lightning gated norm");
   return b;
 }
@@ -99,11 +99,18 @@ LightningMixer::BackwardBuffers LightningMixer::backward_buffers(Alloc& arena, i
   const i64 N = B * T, HK = this->HK();
   BackwardBuffers b;
   b.act = arena.floats(N * 4 * HK, "lightning d: activations recomputed");
-  b.nrm = arena.floats(N * HK, "lightning d: normalised o");  // RMSNorm(o) * w, later d o
-  b.u = arena.floats(N * HK, "lightning d: gated norm");
-  b.du = arena.floats(N * HK, "lightning d: gated norm grad");
+  b.nrm = arena.floats(N * HK, "lightning d: normalised o");
   b.dpre = arena.floats(N * 4 * HK, "lightning d: projections");
   b.dg = arena.floats(N * H_, "lightning d: log decay");
+  b.scan_mark = arena.mark();
+  b.u = arena.floats(N * HK, "lightning d: gated norm");
+  b.du = arena.floats(N * HK, "lightning d: gated norm grad");
+  return b;
+}
+
+template <class Alloc>
+LightningMixer::ScanBuffers LightningMixer::scan_buffers(Alloc& arena, i64 B, i64 T) const {
+  ScanBuffers b;
   b.ws = arena.floats(ops::scalar_decay_backward_workspace_numel(scan_shape(B, T)), "lightning d: scan workspace");
   return b;
 }
@@ -115,7 +122,11 @@ ArenaUse LightningMixer::arena_use(i64 B, i64 T) const {
         span_buffer(c, B, T, true);
         c.release_to(run_buffers(c, B, T).temp_mark);
       },
-      [&](ArenaCount& c) { backward_buffers(c, B, T); }, [&](ArenaCount& c) { prefill_buffers(c, B, T, true); });
+      [&](ArenaCount& c) {
+        c.release_to(backward_buffers(c, B, T).scan_mark);
+        scan_buffers(c, B, T);
+      },
+      [&](ArenaCount& c) { prefill_buffers(c, B, T, true); });
 }
 
 FlopCount LightningMixer::flops_per_token(i64 T) const {
@@ -138,7 +149,7 @@ void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* 
     for (i64 h = 0; h < H_; ++h) s.g[n * H_ + h] = static_cast<float>(-slopes_[h]);  // [N, H]
   ds_ = doc_start;
   const ops::ScalarDecayArgs<float> a = scan_args(b.act, s.g, B, T, doc_start, init);
-  ops::scalar_decay_chunked_forward(a, s.o, fin, s.states);  // o: [N, H, hd]
+  ops::scalar_decay_chunked_forward(a, s.o, fin, b.states);  // o: [N, H, hd]
   float* u = b.u;  // RMSNorm(o) * sigmoid(gate), [N, HK]
   ops::rmsnorm_forward(s.o, P(off_norm_), u, s.rstd, N, HK, kNormEps);
   ops::gate_multiply(u, b.act + 3 * HK, W4, N, HK);
@@ -169,10 +180,14 @@ void LightningMixer::backward(const float* x, const float* dy, float* dx, const 
   ops::sigmoid_gate_backward(nrm, act + 3 * HK, W4, du, dpre + 3 * HK, W4, N, HK);
   float* d_o = nrm;  // the normalised o is no longer needed
   ops::rmsnorm_backward(sv.o, P(off_norm_), sv.rstd, du, d_o, G(off_norm_), N, HK);
+  arena.release_to(bb.scan_mark);  // u, du done
+  const ScanBuffers sb = scan_buffers(arena, B, T);
   const ops::ScalarDecayArgs<float> a = scan_args(act, sv.g, B, T, ds_, nullptr);
-  // dq | dk | dv land in the q|k|v slots of dpre (same strides as act); dg is unused (constant decay).
-  ops::scalar_decay_chunked_backward(a, sv.states, d_o, nullptr,
-                                     {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = bb.dg}, bb.ws);
+  // dq | dk | dv land in the q|k|v slots of dpre (same strides as act); dg is unused (constant decay). The chunk
+  // states are recomputed into the workspace (nullptr): the forward's own pass over the same k, v, so the same
+  // bits, for H hd^2 / C floats per token not kept in every Lightning layer.
+  ops::scalar_decay_chunked_backward(a, nullptr, d_o, nullptr,
+                                     {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = bb.dg}, sb.ws);
   // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
   ops::silu_backward_inplace(sv.pre, dpre, W4, N, 3 * HK);
   ops::linear_backward(x, P(off_w_), dpre, dx, G(off_w_), N, D_, W4);

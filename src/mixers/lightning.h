@@ -37,14 +37,14 @@ class LightningMixer final : public Mixer {
   struct Saved {               // kept by forward for backward
     float* pre = nullptr;      // [B*T, 4*H*hd] projections before activation
     float* g = nullptr;        // [B*T, H] log decay (-s_h)
-    float* states = nullptr;   // [B, H, NC, hd, hd] chunk-entry states
     float* o = nullptr;        // [B*T, H*hd] kernel output
     float* rstd = nullptr;     // [B*T] of the output RMSNorm
   };
-  struct RunBuffers {          // one run(): the saved buffers, then a temporary freed at temp_mark
+  struct RunBuffers {          // one run(): the saved buffers, then temporaries freed at temp_mark
     Saved saved;
     std::size_t temp_mark = 0;
     float* act = nullptr;      // [B*T, 4*H*hd] silu(q|k|v) | sigmoid(gate) (backward recomputes it from pre)
+    float* states = nullptr;   // [B, H, NC, hd, hd] chunk-entry states (backward recomputes them: one cheap pass)
     float* u = nullptr;        // [B*T, H*hd] RMSNorm(o) * sigmoid(gate)
   };
   struct PrefillBuffers {
@@ -52,19 +52,26 @@ class LightningMixer final : public Mixer {
     float* fin = nullptr;      // [B, H, hd, hd] final state, copied into the decoding state after run()
     RunBuffers run;
   };
+  // Backward in two stages on the arena: the output side (o_proj, gate, norm) with u and du on top, then the
+  // scan's backward with its workspace where u and du were (they are dead by then).
   struct BackwardBuffers {
     float* act = nullptr;      // [B*T, 4*H*hd] the forward's activations, recomputed
-    float *nrm = nullptr, *u = nullptr, *du = nullptr;  // [B*T, H*hd] each
+    float* nrm = nullptr;      // [B*T, H*hd] RMSNorm(o) w, then d o
     float* dpre = nullptr;     // [B*T, 4*H*hd]
     float* dg = nullptr;       // [B*T, H]
-    float* ws = nullptr;       // the scan's backward workspace
+    std::size_t scan_mark = 0;
+    float *u = nullptr, *du = nullptr;  // [B*T, H*hd] each (output side)
+  };
+  struct ScanBuffers {
+    float* ws = nullptr;       // the scan's backward workspace: dS per chunk and the recomputed chunk states
   };
   template <class Alloc> RunBuffers run_buffers(Alloc& arena, i64 B, i64 T) const;
   template <class Alloc> PrefillBuffers prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const;
   template <class Alloc> BackwardBuffers backward_buffers(Alloc& arena, i64 B, i64 T) const;
+  template <class Alloc> ScanBuffers scan_buffers(Alloc& arena, i64 B, i64 T) const;  // at scan_mark
 
   // The whole forward on x[B, T, D] -> y, from `init` ([B, H, hd, hd] or nullptr) to `fin` (or nullptr), in
-  // buffers b (kept in saved_ for backward; b.act and b.u released to b.temp_mark before returning).
+  // buffers b (kept in saved_ for backward; b.act, b.states and b.u released to b.temp_mark before returning).
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init, float* fin,
            const RunBuffers& b, Arena& arena);
 

@@ -88,10 +88,11 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   if (recompute) floats += (layers + 1) * (N * D + pad) + per_layer + saved_max;
   else floats += N * D + pad;
   floats += 2 * (N + pad);  // the final norm's rstd, lse (its output reuses the shared norm buffer)
-  // Backward temporaries: d_residual, d_norm, d_tmp; on top of them, one at a time, the MLP's da and dgu, the
-  // largest mixer scratch (forward or backward) and, with recompute, the SwiGLU product of the block rerun.
+  // Backward temporaries: d_residual, d_norm, d_tmp; on top of them, one at a time, the MLP's da (its d gate|up
+  // overwrites gate|up), the largest mixer scratch (forward or backward) and, with recompute, the SwiGLU
+  // product of the block rerun.
   floats += 3 * (N * D + pad);
-  floats += std::max(scratch, N * F + N * 2 * F + 2 * pad);
+  floats += std::max(scratch, N * F + pad);
   return floats;
 }
 
@@ -276,14 +277,14 @@ void Model::backward_below_head(const BackwardBuffers& g) {
     if (recompute_) block_forward(l, acts_[l].x, nullptr, s);
     const LayerActs& a = acts_[l];
     const LayerOffsets& o = lo_[l];
-    // The MLP's gradient buffers (3 N*F floats) live only through the MLP backward; the mixer's backward
-    // scratch then reuses their space.
+    // The MLP's d act (N*F floats) lives only through the MLP backward; the mixer's backward scratch then
+    // reuses its space. d gate|up overwrites the block's gate|up, which nothing reads after this backward.
     const auto mlp_mark = arena_.mark();
     float* da = arena_.floats(N * F, "d_mlp_act");
-    float* dgu = arena_.floats(N * 2 * F, "d_mlp_gate_up");
+    float* dgu = a.gu;
     // out = h + down(swiglu(gate_up(norm2(h))))
-    // d act first; the SwiGLU backward then also rewrites the product silu(gate) * up into da's buffer (in
-    // place: each element of da is read before it is overwritten), for the down_proj weight gradient.
+    // d act first; the SwiGLU backward then writes d gate|up over gate|up and the product silu(gate) * up
+    // over d act (in place: each element is read before it is overwritten), for the down_proj weight gradient.
     ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
     ops::swiglu_backward(a.gu, da, dgu, N, F, da);
     ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
