@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/parallel.h"
 
 namespace hlm {
@@ -11,9 +12,24 @@ AdamW::AdamW(const ParamRegistry& reg, AdamWConfig cfg) : reg_(reg), cfg_(cfg) {
   const size_t n = static_cast<size_t>(reg.total_floats());
   m_.assign(n, 0.f);
   v_.assign(n, 0.f);
-  decay_mask_.assign(n, 0);
-  for (const auto& p : reg.all())
-    if (p.decay) std::fill(decay_mask_.begin() + p.offset, decay_mask_.begin() + p.offset + p.shape.numel(), 1);
+  std::vector<DecaySpan> tensors;
+  for (const auto& p : reg.all()) tensors.push_back({p.offset, p.offset + p.shape.numel(), p.decay});
+  std::sort(tensors.begin(), tensors.end(), [](const DecaySpan& a, const DecaySpan& b) { return a.begin < b.begin; });
+  auto add = [&](i64 begin, i64 end, bool decay) {
+    if (begin >= end) return;
+    if (!spans_.empty() && spans_.back().decay == decay && spans_.back().end == begin)
+      spans_.back().end = end;
+    else
+      spans_.push_back({begin, end, decay});
+  };
+  i64 at = 0;
+  for (const DecaySpan& t : tensors) {
+    HLM_CHECK(t.begin >= at, "AdamW: parameter tensors overlap at float {}", t.begin);
+    add(at, t.begin, false);  // padding before the tensor
+    add(t.begin, t.end, t.decay);
+    at = t.end;
+  }
+  add(at, static_cast<i64>(n), false);
 }
 
 double AdamW::clip(float* g) const {
@@ -48,14 +64,18 @@ void AdamW::step(float* p, const float* g, double lr) {
   const float decay = static_cast<float>(1.0 - lr * cfg_.weight_decay);
   float* m = m_.data();
   float* v = v_.data();
-  const unsigned char* mask = decay_mask_.data();
   parallel_for(reg_.total_floats(), [&](i64 b, i64 e) {
+    for (const DecaySpan& s : spans_) {
+      const i64 lo = std::max(b, s.begin), hi = std::min(e, s.end);
+      if (lo >= hi) continue;
+      const float f = s.decay ? decay : 1.f;  // p * 1 == p exactly: the same bits as skipping the decay
 #pragma omp simd
-    for (i64 i = b; i < e; ++i) {
-      float pi = mask[i] ? p[i] * decay : p[i];
-      m[i] = b1 * m[i] + (1 - b1) * g[i];
-      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-      p[i] = pi - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      for (i64 i = lo; i < hi; ++i) {
+        const float pi = p[i] * f;
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        p[i] = pi - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      }
     }
   });
 }

@@ -33,7 +33,13 @@ class AdamW {
   const ParamRegistry& reg_;
   AdamWConfig cfg_;
   aligned_vector<float> m_, v_;
-  std::vector<unsigned char> decay_mask_;  // per float: weight decay applies
+  // The flat buffer as consecutive spans [begin, end) with or without weight decay (one per run of tensors alike,
+  // padding without), rather than a mask byte per float: 1/16 of the training state of a model saved.
+  struct DecaySpan {
+    i64 begin, end;
+    bool decay;
+  };
+  std::vector<DecaySpan> spans_;
   i64 t_ = 0;
 };
 
