@@ -98,7 +98,7 @@ void BM_LightningActivate(benchmark::State& st) {
   const auto pre = randn(kN * 4 * HK, 21);
   std::vector<float> act(pre.size());
   for (auto _ : st) {
-    hlm::ops::lightning_activate(pre.data(), act.data(), kN, HK);
+    hlm::ops::lightning_activate(pre.data(), act.data(), 4 * HK, act.data() + 3 * HK, 4 * HK, kN, HK);
     benchmark::DoNotOptimize(act.data());
   }
   set_bytes(st, kN * 4.0 * HK * 2.0);  // pre in, act out

@@ -233,7 +233,7 @@ TEST(MixerGates, LightningGatesMatchReferencesAndBackwardsMatchFiniteDifferences
   auto pre = randn(N * W4, 51, 3.0), o = randn(N * F, 52), w = randn(F, 53), rstd = randn(N, 54);
   pre[1] = 95.f, pre[2] = -95.f, pre[3 * F] = 95.f, pre[3 * F + 1] = -95.f;  // saturated silu and sigmoid
   auto act = nan_vec(N * W4);
-  ops::lightning_activate(pre.data(), act.data(), N, F);
+  ops::lightning_activate(pre.data(), act.data(), W4, act.data() + 3 * F, W4, N, F);
   std::vector<double> want(N * W4);
   for (i64 n = 0; n < N; ++n)
     for (i64 i = 0; i < W4; ++i) {
@@ -241,6 +241,13 @@ TEST(MixerGates, LightningGatesMatchReferencesAndBackwardsMatchFiniteDifferences
       want[n * W4 + i] = i < 3 * F ? silu_ref(x) : 1 / (1 + std::exp(-x));
     }
   EXPECT_TRUE(close_rel(act, want, 1e-6, "act"));
+  {  // The backward's layout: q | k | v dense [N, 3F], the gate in place over pre's gate columns. The same bits.
+    auto pre2 = pre, qkv = nan_vec(N * 3 * F);
+    ops::lightning_activate(pre2.data(), qkv.data(), 3 * F, pre2.data() + 3 * F, W4, N, F);
+    EXPECT_EQ(rows(qkv, N, 3 * F, 3 * F), rows(act, N, 3 * F, W4));
+    EXPECT_EQ(rows(pre2, N, F, W4, 3 * F), rows(act, N, F, W4, 3 * F));
+    EXPECT_EQ(rows(pre2, N, 3 * F, W4), rows(pre, N, 3 * F, W4));  // q | k | v columns of pre untouched
+  }
 
   // u = (o rstd w) * g, g = the activations' gate columns; the forward's gate_multiply gives the same bits.
   const float* g = act.data() + 3 * F;
@@ -277,10 +284,16 @@ TEST(MixerGates, LightningGatesMatchReferencesAndBackwardsMatchFiniteDifferences
   }
   EXPECT_TRUE(close_rel(du, fn, 1e-5, "d nrm"));
   EXPECT_TRUE(close_rel(rows(dgate, N, F, W4, 3 * F), fz, 1e-5, "d gate"));
+  {  // In place over the gate's own rows (Lightning's backward): the same bits.
+    auto gi = act, dui = du0;
+    ops::sigmoid_gate_backward(nrm.data(), gi.data() + 3 * F, W4, dui.data(), gi.data() + 3 * F, W4, N, F);
+    EXPECT_EQ(rows(gi, N, F, W4, 3 * F), rows(dgate, N, F, W4, 3 * F));
+    EXPECT_EQ(dui, du);
+  }
 
   const auto dq0 = randn(N * W4, 56);
   auto dq = dq0;
-  ops::silu_backward_inplace(pre.data(), dq.data(), W4, N, F);
+  ops::silu_backward(pre.data(), W4, dq.data(), W4, dq.data(), W4, N, F);
   auto silu_loss = [&]() {
     double l = 0;
     for (i64 n = 0; n < N; ++n)
@@ -292,5 +305,12 @@ TEST(MixerGates, LightningGatesMatchReferencesAndBackwardsMatchFiniteDifferences
   EXPECT_TRUE(close_rel(rows(dq, N, F, W4), fx, 1e-5, "d silu"));
   for (i64 n = 0; n < N; ++n)
     for (i64 i = F; i < W4; ++i) ASSERT_EQ(dq[n * W4 + i], dq0[n * W4 + i]) << "past the F columns: " << n << ", " << i;
+  {  // Written over pre (Lightning's backward), from a gradient of another row stride: the same bits.
+    auto pre3 = pre;
+    std::vector<float> dense(N * F);
+    for (i64 n = 0; n < N; ++n) std::copy_n(dq0.data() + n * W4, F, dense.data() + n * F);
+    ops::silu_backward(pre3.data(), W4, dense.data(), F, pre3.data(), W4, N, F);
+    EXPECT_EQ(rows(pre3, N, F, W4), rows(dq, N, F, W4));
+  }
   EXPECT_THROW(ops::gate_multiply(u2.data(), g, F - 1, N, F), Error);
 }

@@ -58,11 +58,11 @@ ops::ScalarDecayArgs<float> LightningMixer::scan_shape(i64 B, i64 T) const {
   return a;
 }
 
-ops::ScalarDecayArgs<float> LightningMixer::scan_args(const float* act, const float* g, i64 B, i64 T,
-                                               const int32_t* doc_start, const float* init) const {
+ops::ScalarDecayArgs<float> LightningMixer::scan_args(const float* act, i64 stride, const float* g, i64 B, i64 T,
+                                                      const int32_t* doc_start, const float* init) const {
   const i64 HK = this->HK();
   ops::ScalarDecayArgs<float> a = scan_shape(B, T);
-  a.q_stride = a.k_stride = a.v_stride = 4 * HK;
+  a.q_stride = a.k_stride = a.v_stride = stride;
   a.q = act, a.k = act + HK, a.v = act + 2 * HK, a.g = g;
   a.initial_state = init;
   a.doc_start = doc_start;
@@ -98,11 +98,9 @@ template <class Alloc>
 LightningMixer::BackwardBuffers LightningMixer::backward_buffers(Alloc& arena, i64 B, i64 T) const {
   const i64 N = B * T, HK = this->HK();
   BackwardBuffers b;
-  b.act = arena.floats(N * 4 * HK, "lightning d: activations recomputed");
-  b.nrm = arena.floats(N * HK, "lightning d: normalised o");
-  b.dpre = arena.floats(N * 4 * HK, "lightning d: projections");
-  b.dg = arena.floats(N * H_, "lightning d: log decay");
+  b.qkv = arena.floats(N * 3 * HK, "lightning d: q|k|v activations recomputed");
   b.scan_mark = arena.mark();
+  b.nrm = arena.floats(N * HK, "lightning d: normalised o");
   b.u = arena.floats(N * HK, "lightning d: gated norm");
   b.du = arena.floats(N * HK, "lightning d: gated norm grad");
   return b;
@@ -110,7 +108,10 @@ LightningMixer::BackwardBuffers LightningMixer::backward_buffers(Alloc& arena, i
 
 template <class Alloc>
 LightningMixer::ScanBuffers LightningMixer::scan_buffers(Alloc& arena, i64 B, i64 T) const {
+  const i64 N = B * T, HK = this->HK();
   ScanBuffers b;
+  b.dqkv = arena.floats(N * 3 * HK, "lightning d: q|k|v");
+  b.dg = arena.floats(N * H_, "lightning d: log decay");
   b.ws = arena.floats(ops::scalar_decay_backward_workspace_numel(scan_shape(B, T)), "lightning d: scan workspace");
   return b;
 }
@@ -144,11 +145,11 @@ void LightningMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* 
   const i64 N = B * T, HK = this->HK(), W4 = 4 * HK;
   const Saved& s = saved_ = b.saved;
   ops::linear_forward(x, P(off_w_), s.pre, N, D_, W4);  // [N, 4 HK]: q | k | v | gate
-  ops::lightning_activate(s.pre, b.act, N, HK);  // silu on q | k | v, sigmoid on the gate
+  ops::lightning_activate(s.pre, b.act, W4, b.act + 3 * HK, W4, N, HK);  // silu on q | k | v, sigmoid on the gate
   for (i64 n = 0; n < N; ++n)
     for (i64 h = 0; h < H_; ++h) s.g[n * H_ + h] = static_cast<float>(-slopes_[h]);  // [N, H]
   ds_ = doc_start;
-  const ops::ScalarDecayArgs<float> a = scan_args(b.act, s.g, B, T, doc_start, init);
+  const ops::ScalarDecayArgs<float> a = scan_args(b.act, W4, s.g, B, T, doc_start, init);
   ops::scalar_decay_chunked_forward(a, s.o, fin, b.states);  // o: [N, H, hd]
   float* u = b.u;  // RMSNorm(o) * sigmoid(gate), [N, HK]
   ops::rmsnorm_forward(s.o, P(off_norm_), u, s.rstd, N, HK, kNormEps);
@@ -167,30 +168,32 @@ void LightningMixer::forward(const float* x, float* y, const SeqInfo& s, Arena& 
 void LightningMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
   const i64 B = s.B, T = s.T, N = B * T, HK = this->HK(), W4 = 4 * HK;
   const Saved& sv = saved_;
+  float* pre = sv.pre;         // q | k | v | gate; its gate columns become sigmoid(gate), then d gate; at the end
+  float* gate = pre + 3 * HK;  // all of it is the projection gradient
   auto mark = arena.mark();
   const BackwardBuffers bb = backward_buffers(arena, B, T);
-  float *nrm = bb.nrm, *u = bb.u, *du = bb.du, *dpre = bb.dpre, *act = bb.act;
   // The activations again (elementwise on the saved projections: the forward's op on the same input, the same
   // bits), cheaper than keeping 4 H hd floats per token in every Lightning layer.
-  ops::lightning_activate(sv.pre, act, N, HK);
+  ops::lightning_activate(pre, bb.qkv, 3 * HK, gate, W4, N, HK);
   // Recompute u = RMSNorm(o) w * sigmoid(gate) for the o_proj weight gradient.
-  ops::norm_gate_recompute(sv.o, sv.rstd, P(off_norm_), act + 3 * HK, W4, nrm, u, N, HK);
-  ops::linear_backward(u, P(off_wo_), dy, du, G(off_wo_), N, HK, D_);
-  // u = n * sg:  d gate_pre = du n sg (1 - sg);  d n = du sg.
-  ops::sigmoid_gate_backward(nrm, act + 3 * HK, W4, du, dpre + 3 * HK, W4, N, HK);
-  float* d_o = nrm;  // the normalised o is no longer needed
-  ops::rmsnorm_backward(sv.o, P(off_norm_), sv.rstd, du, d_o, G(off_norm_), N, HK);
-  arena.release_to(bb.scan_mark);  // u, du done
+  ops::norm_gate_recompute(sv.o, sv.rstd, P(off_norm_), gate, W4, bb.nrm, bb.u, N, HK);
+  ops::linear_backward(bb.u, P(off_wo_), dy, bb.du, G(off_wo_), N, HK, D_);
+  // u = n * sg:  d gate_pre = du n sg (1 - sg) (over sg);  d n = du sg.
+  ops::sigmoid_gate_backward(bb.nrm, gate, W4, bb.du, gate, W4, N, HK);
+  float* d_o = sv.o;  // over o, read row by row before it is overwritten
+  ops::rmsnorm_backward(sv.o, P(off_norm_), sv.rstd, bb.du, d_o, G(off_norm_), N, HK);
+  arena.release_to(bb.scan_mark);  // nrm, u, du done
   const ScanBuffers sb = scan_buffers(arena, B, T);
-  const ops::ScalarDecayArgs<float> a = scan_args(act, sv.g, B, T, ds_, nullptr);
-  // dq | dk | dv land in the q|k|v slots of dpre (same strides as act); dg is unused (constant decay). The chunk
-  // states are recomputed into the workspace (nullptr): the forward's own pass over the same k, v, so the same
-  // bits, for H hd^2 / C floats per token not kept in every Lightning layer.
+  const ops::ScalarDecayArgs<float> a = scan_args(bb.qkv, 3 * HK, sv.g, B, T, ds_, nullptr);
+  // dq | dk | dv in the layout of q | k | v; dg is unused (constant decay). The chunk states are recomputed into the
+  // workspace (nullptr): the forward's own pass over the same k, v, for H hd^2 / C floats per token not kept in
+  // every Lightning layer.
+  float* dqkv = sb.dqkv;
   ops::scalar_decay_chunked_backward(a, nullptr, d_o, nullptr,
-                                     {.dq = dpre, .dk = dpre + HK, .dv = dpre + 2 * HK, .dg = bb.dg}, sb.ws);
-  // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
-  ops::silu_backward_inplace(sv.pre, dpre, W4, N, 3 * HK);
-  ops::linear_backward(x, P(off_w_), dpre, dx, G(off_w_), N, D_, W4);
+                                     {.dq = dqkv, .dk = dqkv + HK, .dv = dqkv + 2 * HK, .dg = sb.dg}, sb.ws);
+  // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x): over pre's q | k | v columns, beside d gate.
+  ops::silu_backward(pre, W4, dqkv, 3 * HK, pre, W4, N, 3 * HK);
+  ops::linear_backward(x, P(off_w_), pre, dx, G(off_w_), N, D_, W4);
   arena.release_to(mark);
 }
 
@@ -209,10 +212,10 @@ void LightningMixer::step(const float* x, float* y, MixerState& state, i64 B) {
   std::vector<float> pre(static_cast<size_t>(B * W4)), act(pre.size()), g(static_cast<size_t>(B * H_)),
       o(static_cast<size_t>(B * HK)), rstd(static_cast<size_t>(B));
   ops::linear_forward(x, P(off_w_), pre.data(), B, D_, W4);
-  ops::lightning_activate(pre.data(), act.data(), B, HK);
+  ops::lightning_activate(pre.data(), act.data(), W4, act.data() + 3 * HK, W4, B, HK);
   for (i64 b = 0; b < B; ++b)
     for (i64 h = 0; h < H_; ++h) g[b * H_ + h] = static_cast<float>(-slopes_[h]);
-  ops::scalar_decay_step(scan_args(act.data(), g.data(), B, 1, nullptr, nullptr), st.S.data(), o.data());
+  ops::scalar_decay_step(scan_args(act.data(), W4, g.data(), B, 1, nullptr, nullptr), st.S.data(), o.data());
   ops::rmsnorm_forward(o.data(), P(off_norm_), o.data(), rstd.data(), B, HK, kNormEps);
   ops::gate_multiply(o.data(), act.data() + 3 * HK, W4, B, HK);
   ops::linear_forward(o.data(), P(off_wo_), y, B, HK, D_);

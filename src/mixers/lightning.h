@@ -52,34 +52,35 @@ class LightningMixer final : public Mixer {
     float* fin = nullptr;      // [B, H, hd, hd] final state, copied into the decoding state after run()
     RunBuffers run;
   };
-  // Backward in two stages on the arena: the output side (o_proj, gate, norm) with u and du on top, then the
-  // scan's backward with its workspace where u and du were (they are dead by then).
+  // Backward works mostly in place on what forward saved, which it consumes (one backward per forward): the gate's
+  // sigmoid, then its gradient, over pre's gate columns; d o over o; the final projection gradient over pre. Its
+  // own buffers: the recomputed q | k | v activations, then on top by turns the output side (nrm, u, du) and the
+  // scan's (dq | dk | dv, its workspace).
   struct BackwardBuffers {
-    float* act = nullptr;      // [B*T, 4*H*hd] the forward's activations, recomputed
-    float* nrm = nullptr;      // [B*T, H*hd] RMSNorm(o) w, then d o
-    float* dpre = nullptr;     // [B*T, 4*H*hd]
-    float* dg = nullptr;       // [B*T, H]
+    float* qkv = nullptr;      // [B*T, 3*H*hd] silu(q | k | v), recomputed
     std::size_t scan_mark = 0;
-    float *u = nullptr, *du = nullptr;  // [B*T, H*hd] each (output side)
+    float *nrm = nullptr, *u = nullptr, *du = nullptr;  // [B*T, H*hd] each (output side)
   };
-  struct ScanBuffers {
+  struct ScanBuffers {         // at scan_mark
+    float* dqkv = nullptr;     // [B*T, 3*H*hd]
+    float* dg = nullptr;       // [B*T, H] (unused: the decay is constant)
     float* ws = nullptr;       // the scan's backward workspace: dS per chunk and the recomputed chunk states
   };
   template <class Alloc> RunBuffers run_buffers(Alloc& arena, i64 B, i64 T) const;
   template <class Alloc> PrefillBuffers prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const;
   template <class Alloc> BackwardBuffers backward_buffers(Alloc& arena, i64 B, i64 T) const;
-  template <class Alloc> ScanBuffers scan_buffers(Alloc& arena, i64 B, i64 T) const;  // at scan_mark
+  template <class Alloc> ScanBuffers scan_buffers(Alloc& arena, i64 B, i64 T) const;
 
   // The whole forward on x[B, T, D] -> y, from `init` ([B, H, hd, hd] or nullptr) to `fin` (or nullptr), in
   // buffers b (kept in saved_ for backward; b.act, b.states and b.u released to b.temp_mark before returning).
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* init, float* fin,
            const RunBuffers& b, Arena& arena);
 
-  // The scalar-decay scan's sizes (what its buffer sizes depend on), and its arguments on rows act
-  // [B*T, 4*H*hd] (q|k|v|gate) with log decays g [B*T, H].
+  // The scalar-decay scan's sizes (what its buffer sizes depend on), and its arguments on activation rows starting
+  // q | k | v (forward: [B*T, 4*H*hd] with the gate; backward: [B*T, 3*H*hd]) with log decays g [B*T, H].
   ops::ScalarDecayArgs<float> scan_shape(i64 B, i64 T) const;
-  ops::ScalarDecayArgs<float> scan_args(const float* act, const float* g, i64 B, i64 T, const int32_t* doc_start,
-                                 const float* init) const;
+  ops::ScalarDecayArgs<float> scan_args(const float* act, i64 stride, const float* g, i64 B, i64 T,
+                                        const int32_t* doc_start, const float* init) const;
 
   i64 D_, H_, hd_, chunk_;
   i64 off_w_, off_norm_, off_wo_;  // off_w_: q|k|v|output_gate fused [4*H*hd, D]

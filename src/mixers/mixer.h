@@ -77,7 +77,8 @@ class Mixer {
   // x: [B, T, D] (the RMSNorm'd residual stream; kept alive by the caller until backward).
   // y: [B, T, D] overwritten.
   virtual void forward(const float* x, float* y, const SeqInfo& s, Arena& arena) = 0;
-  // dy: [B, T, D]; dx: [B, T, D] overwritten. Uses the state saved by the last forward.
+  // dy: [B, T, D]; dx: [B, T, D] overwritten. Uses the state saved by the last forward, and may overwrite it
+  // (working in place to save memory): one backward per forward.
   virtual void backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) = 0;
   // Arena floats of each phase (ArenaUse), counted from the buffer lists forward, backward and prefill use.
   virtual ArenaUse arena_use(i64 B, i64 T) const = 0;

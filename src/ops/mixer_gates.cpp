@@ -246,15 +246,17 @@ void norm_silu_gate_backward_impl(const float* o, const float* gp, i64 gp_stride
 
 // ---- Lightning --------------------------------------------------------------------------------------------------
 
-void lightning_activate_impl(const float* pre, float* act, i64 N, i64 F) {
+void lightning_activate_impl(const float* pre, float* qkv, i64 qkv_stride, float* gate, i64 gate_stride, i64 N,
+                             i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     for (i64 n = b; n < e; ++n) {
       const float* pr = pre + n * 4 * F;
-      float* ar = act + n * 4 * F;
+      float* ar = qkv + n * qkv_stride;
+      float* gr = gate + n * gate_stride;
       for_each_vector(d, 3 * F, [&](i64 i, size_t c) { store_part(d, silu(d, load_part(d, pr + i, c)), ar + i, c); });
       for_each_vector(d, F, [&](i64 i, size_t c) {
-        store_part(d, logistic(d, load_part(d, pr + 3 * F + i, c)), ar + 3 * F + i, c);
+        store_part(d, logistic(d, load_part(d, pr + 3 * F + i, c)), gr + i, c);
       });
     }
   }, 16);
@@ -312,15 +314,17 @@ void sigmoid_gate_backward_impl(const float* nrm, const float* g, i64 g_stride, 
   }, 16);
 }
 
-void silu_backward_inplace_impl(const float* pre, float* dd, i64 stride, i64 N, i64 F) {
+void silu_backward_impl(const float* pre, i64 pre_stride, const float* dd, i64 d_stride, float* out, i64 out_stride,
+                        i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     for (i64 n = b; n < e; ++n) {
-      const float* pr = pre + n * stride;
-      float* dr = dd + n * stride;
+      const float* pr = pre + n * pre_stride;
+      const float* dr = dd + n * d_stride;
+      float* orow = out + n * out_stride;
       for_each_vector(d, F, [&](i64 i, size_t c) {
         const VF x = load_part(d, pr + i, c);
-        store_part(d, hn::Mul(load_part(d, dr + i, c), silu_grad(d, x, logistic(d, x))), dr + i, c);
+        store_part(d, hn::Mul(load_part(d, dr + i, c), silu_grad(d, x, logistic(d, x))), orow + i, c);
       });
     }
   }, 16);
@@ -344,7 +348,7 @@ HWY_EXPORT(lightning_activate_impl);
 HWY_EXPORT(gate_multiply_impl);
 HWY_EXPORT(norm_gate_recompute_impl);
 HWY_EXPORT(sigmoid_gate_backward_impl);
-HWY_EXPORT(silu_backward_inplace_impl);
+HWY_EXPORT(silu_backward_impl);
 
 void mamba2_dt_forward(const float* raw, i64 raw_stride, const float* dt_bias, const float* A, const float* x,
                        i64 x_stride, float* dt, float* g, float* v, i64 N, i64 H, i64 P) {
@@ -413,10 +417,11 @@ void norm_silu_gate_backward(const float* o, const float* gp, i64 gp_stride, con
   HWY_DYNAMIC_DISPATCH(norm_silu_gate_backward_impl)(o, gp, gp_stride, w, rstd, dz, d_o, d_gp, dw, N, H, K);
 }
 
-void lightning_activate(const float* pre, float* act, i64 N, i64 F) {
-  HLM_CHECK(N >= 0 && F > 0, "lightning_activate: bad shape N={} F={}", N, F);
+void lightning_activate(const float* pre, float* qkv, i64 qkv_stride, float* gate, i64 gate_stride, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0 && qkv_stride >= 3 * F && gate_stride >= F,
+            "lightning_activate: bad shape N={} F={} qkv_stride={} gate_stride={}", N, F, qkv_stride, gate_stride);
   init_simd();
-  HWY_DYNAMIC_DISPATCH(lightning_activate_impl)(pre, act, N, F);
+  HWY_DYNAMIC_DISPATCH(lightning_activate_impl)(pre, qkv, qkv_stride, gate, gate_stride, N, F);
 }
 
 void gate_multiply(float* u, const float* g, i64 g_stride, i64 N, i64 F) {
@@ -441,10 +446,12 @@ void sigmoid_gate_backward(const float* nrm, const float* g, i64 g_stride, float
   HWY_DYNAMIC_DISPATCH(sigmoid_gate_backward_impl)(nrm, g, g_stride, du, dgate_pre, dg_stride, N, F);
 }
 
-void silu_backward_inplace(const float* pre, float* d, i64 stride, i64 N, i64 F) {
-  HLM_CHECK(N >= 0 && F > 0 && stride >= F, "silu_backward_inplace: bad shape N={} F={} stride={}", N, F, stride);
+void silu_backward(const float* pre, i64 pre_stride, const float* d, i64 d_stride, float* out, i64 out_stride, i64 N,
+                   i64 F) {
+  HLM_CHECK(N >= 0 && F > 0 && pre_stride >= F && d_stride >= F && out_stride >= F,
+            "silu_backward: bad shape N={} F={} strides pre {} d {} out {}", N, F, pre_stride, d_stride, out_stride);
   init_simd();
-  HWY_DYNAMIC_DISPATCH(silu_backward_inplace_impl)(pre, d, stride, N, F);
+  HWY_DYNAMIC_DISPATCH(silu_backward_impl)(pre, pre_stride, d, d_stride, out, out_stride, N, F);
 }
 
 }  // namespace hlm::ops

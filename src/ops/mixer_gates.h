@@ -59,9 +59,10 @@ void norm_silu_gate_backward(const float* o, const float* gp, i64 gp_stride, con
 
 // ---- Lightning Attention (mixers/lightning.cpp): rows of the fused projection q | k | v | gate, 4 F wide --------
 
-// act = silu(pre) on each row's first 3 F columns (q, k, v) and sigmoid(pre) on its last F (the output gate).
-// pre, act: [N, 4 F].
-void lightning_activate(const float* pre, float* act, i64 N, i64 F);
+// silu(pre) of each row's first 3 F columns (q, k, v) into qkv (rows at qkv_stride) and sigmoid(pre) of its last F
+// (the output gate) into gate (rows at gate_stride). pre: [N, 4 F]. gate may be pre + 3 F itself (in place: each
+// element is read before it is overwritten); qkv must not overlap pre.
+void lightning_activate(const float* pre, float* qkv, i64 qkv_stride, float* gate, i64 gate_stride, i64 N, i64 F);
 
 // u[n, i] *= g[n*g_stride + i]: the output gate on u [N, F].
 void gate_multiply(float* u, const float* g, i64 g_stride, i64 N, i64 F);
@@ -72,11 +73,13 @@ void norm_gate_recompute(const float* o, const float* rstd, const float* w, cons
                          float* u, i64 N, i64 F);
 
 // Backward of u = nrm * g with g = sigmoid(gate_pre): dgate_pre = du nrm g (1 - g) (rows at dg_stride, overwritten),
-// then du *= g (in place: the gradient of nrm). nrm, du: [N, F].
+// then du *= g (in place: the gradient of nrm). nrm, du: [N, F]. dgate_pre may be g itself (in place).
 void sigmoid_gate_backward(const float* nrm, const float* g, i64 g_stride, float* du, float* dgate_pre,
                            i64 dg_stride, i64 N, i64 F);
 
-// Backward of silu in place: d[n*stride + i] *= silu'(pre[n*stride + i]) for i < F, silu'(x) = s (1 + x (1 - s)).
-void silu_backward_inplace(const float* pre, float* d, i64 stride, i64 N, i64 F);
+// Backward of silu: out[n*out_stride + i] = d[n*d_stride + i] silu'(pre[n*pre_stride + i]) for i < F,
+// silu'(x) = s (1 + x (1 - s)). out may be pre or d itself (in place: each element is read before it is overwritten).
+void silu_backward(const float* pre, i64 pre_stride, const float* d, i64 d_stride, float* out, i64 out_stride, i64 N,
+                   i64 F);
 
 }  // namespace hlm::ops
