@@ -59,7 +59,8 @@ class Model {
   // Saves activations for backward. token_loss [B*T] optional.
   double forward(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start, i64 B, i64 T,
                  i64* n_counted = nullptr, float* token_loss = nullptr);
-  // Backward of (sum loss) * grad_scale; parameter gradients accumulate.
+  // Backward of (sum loss) * grad_scale; parameter gradients accumulate. Once per forward: it overwrites some of the
+  // saved activations as it goes (SwiGLU's gate|up, Lightning's projections; docs/memory.md).
   void backward(float grad_scale);
   // Training's step: forward, then backward(grad_scale), with the LM head's logits made once for both
   // (ops::lm_head_ce_forward_backward; backward alone makes them again). Returns forward's loss sum.
