@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
 #include "core/parallel.h"
 
 namespace hlm {
@@ -12,24 +11,7 @@ AdamW::AdamW(const ParamRegistry& reg, AdamWConfig cfg) : reg_(reg), cfg_(cfg) {
   const size_t n = static_cast<size_t>(reg.total_floats());
   m_.assign(n, 0.f);
   v_.assign(n, 0.f);
-  std::vector<DecaySpan> tensors;
-  for (const auto& p : reg.all()) tensors.push_back({p.offset, p.offset + p.shape.numel(), p.decay});
-  std::sort(tensors.begin(), tensors.end(), [](const DecaySpan& a, const DecaySpan& b) { return a.begin < b.begin; });
-  auto add = [&](i64 begin, i64 end, bool decay) {
-    if (begin >= end) return;
-    if (!spans_.empty() && spans_.back().decay == decay && spans_.back().end == begin)
-      spans_.back().end = end;
-    else
-      spans_.push_back({begin, end, decay});
-  };
-  i64 at = 0;
-  for (const DecaySpan& t : tensors) {
-    HLM_CHECK(t.begin >= at, "AdamW: parameter tensors overlap at float {}", t.begin);
-    add(at, t.begin, false);  // padding before the tensor
-    add(t.begin, t.end, t.decay);
-    at = t.end;
-  }
-  add(at, static_cast<i64>(n), false);
+  for (const auto& p : reg.all()) spans_.push_back({p.offset, p.offset + p.shape.numel(), p.decay});
 }
 
 double AdamW::clip(float* g) const {

@@ -33,8 +33,9 @@ class AdamW {
   const ParamRegistry& reg_;
   AdamWConfig cfg_;
   aligned_vector<float> m_, v_;
-  // The flat buffer as consecutive spans [begin, end) with or without weight decay (one per run of tensors alike,
-  // padding without), rather than a mask byte per float: 1/16 of the training state of a model saved.
+  // Each tensor's floats [begin, end) and whether weight decay applies, rather than a mask byte per float (beside
+  // the 16 bytes per parameter of weights, gradients and moments). The padding between tensors is not updated: its
+  // gradients are zero, so an update would leave it zero anyway.
   struct DecaySpan {
     i64 begin, end;
     bool decay;
