@@ -104,6 +104,16 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   EXPECT_FALSE(fs::exists(out / "runs" / "swa-small-s1" / "checkpoints" / "step_00000080"));
   EXPECT_EQ(f["hybrids"]["swa-large"]["window"], 192);  // half of the tiny budget's 384-token rows
   EXPECT_EQ(f["run"]["precision"], "fp32");
+  // One sitting, recorded with its machine, job layout, time and the tasks it ran.
+  ASSERT_EQ(f["run"]["sittings"].size(), 1u) << f["run"].dump();
+  const json& sitting = f["run"]["sittings"][0];
+  EXPECT_EQ(sitting["tasks_done"], 41);
+  EXPECT_EQ(sitting["jobs"], 2);
+  EXPECT_EQ(sitting["interrupted"], false);
+  EXPECT_EQ(sitting["cpu"], f["run"]["cpu"]);
+  EXPECT_GT(sitting["seconds"].get<double>(), 0.0);
+  EXPECT_EQ(sitting["seconds"], f["run"]["wall_seconds"]);
+  EXPECT_EQ(read_json(out / "study.json")["sittings"], f["run"]["sittings"]);
   EXPECT_EQ(f["plan"]["file"], "studies/paper.json");  // named relative to the source tree, not this machine's path
   const std::string report = slurp(out / "report.md");
   for (const char* s : {"| a. Scaling |", "| d. NoPE on the full layers |", "Miniature proxy", "shared evaluator",
@@ -150,6 +160,13 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   ASSERT_EQ(rerun.code, 0) << rerun.err;
   EXPECT_NE(rerun.err.find("already done (resumed)"), std::string::npos) << rerun.err;
   EXPECT_EQ(rerun.err.find(": train "), std::string::npos) << rerun.err;
+  // ... a second sitting on the same machine, which ran no task; one machine reads as one line.
+  const json sittings = read_json(out / "findings.json")["run"]["sittings"];
+  ASSERT_EQ(sittings.size(), 2u) << sittings.dump();
+  EXPECT_EQ(sittings[0], f["run"]["sittings"][0]);
+  EXPECT_EQ(sittings[1]["tasks_done"], 0);
+  EXPECT_NE(slurp(out / "report.md").find("- Wall time: "), std::string::npos);
+  EXPECT_NE(slurp(out / "report.md").find(" over all sittings, on a machine with "), std::string::npos);
   // Another budget in the same folder is refused.
   expect_error(run("reproduce --budget small --out " + out.string()), "field 'budget' is \"tiny\"");
 
@@ -212,6 +229,38 @@ TEST(Reproduce, TinyBudgetEndToEndThenReportOnlyAndRerun) {
   std::ofstream(fresh_dir / "findings.json") << fresh.dump();
   ASSERT_EQ(run("reproduce --report-only --out " + fresh_dir.string()).code, 0);
   EXPECT_NE(slurp(fresh_dir / "report.md").find(" 2 seeds per hybrid;"), std::string::npos);
+
+  // A study resumed on other machines lists each with its time; a killed sitting and one from before sittings were
+  // recorded say so. A findings.json from before sittings (none in "run") reads as one line, as it always did.
+  json moved = g;
+  const json cpu_a = {{"cpu", "CPU A"}, {"cores", 2}, {"simd", "AVX2"}, {"jobs", 2}, {"threads_per_job", 1}};
+  json cpu_b = {{"cpu", "CPU B"}, {"cores", 16}, {"simd", "AVX3_DL"}, {"jobs", 16}, {"threads_per_job", 1}};
+  json sits = json::array({{{"seconds", 600.0}}});  // from before sittings were recorded
+  for (double sec : {3600.0, 1800.0}) {
+    json a = cpu_a;
+    a["seconds"] = sec;
+    sits.push_back(a);
+  }
+  cpu_b["seconds"] = nullptr;  // killed
+  sits.push_back(cpu_b);
+  cpu_b["seconds"] = 7200.0;
+  sits.push_back(cpu_b);
+  moved["run"]["sittings"] = sits;
+  std::ofstream(fresh_dir / "findings.json") << moved.dump();
+  ASSERT_EQ(run("reproduce --report-only --out " + fresh_dir.string()).code, 0);
+  EXPECT_NE(slurp(fresh_dir / "report.md").find(
+                "- Wall time: 3h40m over 5 sittings: 10m00s in 1 sitting on a machine not recorded; 1h30m in 2 "
+                "sittings on a machine with 2 cores (CPU A, SIMD kernels AVX2) (2 jobs at a time x 1 thread); 2h00m "
+                "in 2 sittings on a machine with 16 cores (CPU B, SIMD kernels AVX3_DL) (16 jobs at a time x 1 "
+                "thread) (the time of 1 sitting not recorded: stopped by a kill); "),
+            std::string::npos) << slurp(fresh_dir / "report.md");
+  moved["run"].erase("sittings");
+  moved["run"]["wall_seconds"] = 5400.0;
+  std::ofstream(fresh_dir / "findings.json") << moved.dump();
+  ASSERT_EQ(run("reproduce --report-only --out " + fresh_dir.string()).code, 0);
+  EXPECT_NE(slurp(fresh_dir / "report.md").find("- Wall time: 1h30m over all sittings, on a machine with " +
+                                                 std::to_string(g["run"]["cores"].get<int>()) + " cores ("),
+            std::string::npos) << slurp(fresh_dir / "report.md");
 }
 
 // --precision bf16 trains every run in bf16 (and says so in findings.json and the report); where the CPU lacks
@@ -277,6 +326,13 @@ TEST(Reproduce, ContinuesAfterAKillMidRun) {
   const json f = read_json(out / "findings.json");
   ASSERT_EQ(f["findings"].size(), 1u);
   EXPECT_EQ(f["findings"][0]["id"], "b");
+  // The killed sitting is on record with its machine but without its time; the report says so.
+  const json& sittings = f["run"]["sittings"];
+  ASSERT_EQ(sittings.size(), 2u) << sittings.dump();
+  EXPECT_TRUE(sittings[0]["seconds"].is_null()) << sittings.dump();
+  EXPECT_EQ(sittings[0]["cpu"], sittings[1]["cpu"]);
+  EXPECT_GT(sittings[1]["tasks_done"].get<int>(), 0);
+  EXPECT_NE(slurp(out / "report.md").find("(the time of 1 sitting not recorded: stopped by a kill)"), std::string::npos);
   EXPECT_EQ(f["run"]["tasks_failed"], 0);
 }
 

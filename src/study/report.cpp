@@ -1,5 +1,6 @@
 #include "study/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -299,6 +300,63 @@ std::string rule_params(const json& rule) {
   return s;
 }
 
+// Where the study ran and for how long. A study runs in sittings (each resumes the last) and may move between machines:
+// sittings on one machine with one job layout read as one line; several machines or layouts are listed each with its
+// time. A sitting stopped by a kill never recorded its time; a folder from before sittings were recorded has only the
+// total and the last sitting's machine, which is what older findings.json files hold too.
+std::string wall_time_line(const json& run) {
+  auto plural = [](long n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); };
+  auto where = [&](const json& r) {
+    const std::string machine =
+        !r.contains("cores") ? std::string("a machine not recorded")
+        : r.contains("cpu")  ? fmt::format("a machine with {} cores ({}, SIMD kernels {})", r.value("cores", 0),
+                                           r.value("cpu", std::string()), r.value("simd", std::string()))
+                             : fmt::format("a machine with {} cores", r.value("cores", 0));
+    if (!r.contains("jobs")) return machine;
+    return fmt::format("{} ({} at a time x {}{})", machine, plural(r.value("jobs", 0), "job"),
+                       plural(r.value("threads_per_job", 0), "thread"),
+                       r.value("ranks", 1) > 1 ? fmt::format(", {} MPI ranks", r.value("ranks", 1)) : std::string());
+  };
+  struct Group {
+    std::string where;
+    double seconds = 0;
+    int sittings = 0, untimed = 0;
+  };
+  std::vector<Group> groups;
+  json sittings = run.value("sittings", json::array());
+  if (sittings.empty()) {  // findings.json from before sittings were recorded: the total, on the last one's machine
+    json one = {{"seconds", run.value("wall_seconds", 0.0)}};
+    for (const char* k : {"cores", "cpu", "simd", "jobs", "threads_per_job"})
+      if (run.contains(k)) one[k] = run[k];
+    sittings.push_back(one);
+  }
+  double total = 0;
+  for (const json& sit : sittings) {
+    const std::string w = where(sit);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.where == w; });
+    if (g == groups.end()) g = groups.insert(groups.end(), Group{w});
+    ++g->sittings;
+    if (sit.value("seconds", json()).is_number()) {
+      g->seconds += sit["seconds"].get<double>();
+      total += sit["seconds"].get<double>();
+    } else {
+      ++g->untimed;
+    }
+  }
+  const std::string tasks = fmt::format("{} tasks, {} failed, {} skipped.\n", run.value("tasks", 0),
+                                        run.value("tasks_failed", 0), run.value("tasks_skipped", 0));
+  if (groups.size() == 1 && groups[0].untimed == 0)
+    return fmt::format("- Wall time: {} over all sittings, on {}; {}", format_duration(total), groups[0].where, tasks);
+  std::vector<std::string> parts;
+  for (const Group& g : groups)
+    parts.push_back(fmt::format("{} in {} on {}{}", format_duration(g.seconds), plural(g.sittings, "sitting"), g.where,
+                                g.untimed ? fmt::format(" (the time of {} not recorded: stopped by a kill)",
+                                                        plural(g.untimed, "sitting"))
+                                          : std::string()));
+  return fmt::format("- Wall time: {} over {}: {}; {}", format_duration(total), plural(sittings.size(), "sitting"),
+                     fmt::join(parts, "; "), tasks);
+}
+
 }  // namespace
 
 std::string write_report(const json& all, const std::string& dir) {
@@ -342,21 +400,21 @@ std::string write_report(const json& all, const std::string& dir) {
                       "{}-digit values) mixed into the text: {}\n",
                       100 * proxy.value("mix_niah", 0.0), proxy.value("mix_haystack", std::string()),
                       proxy.value("niah_digits", 0), proxy.value("note", std::string()));
-  md += fmt::format("- Wall time: {} over all sittings, on a machine with {} cores{} ({} job{} at a time x {} thread{}); "
-                    "{} tasks, {} failed, {} skipped.\n",
-                    format_duration(run.value("wall_seconds", 0.0)), run.value("cores", 0),
-                    run.contains("cpu") ? fmt::format(" ({}, SIMD kernels {})", run.value("cpu", std::string()),
-                                                      run.value("simd", std::string()))
-                                        : std::string(),
-                    run.value("jobs", 0),
-                    run.value("jobs", 0) == 1 ? "" : "s", run.value("threads_per_job", 0),
-                    run.value("threads_per_job", 0) == 1 ? "" : "s", run.value("tasks", 0), run.value("tasks_failed", 0),
-                    run.value("tasks_skipped", 0));
+  md += wall_time_line(run);
   for (auto& e : run.value("errors", json::array())) md += fmt::format("  - failed: {}\n", e.get<std::string>());
   if (const std::string p = run.value("precision", std::string()); p == "bf16") {  // absent before the option
     // Which bf16 product path ran (absent in studies before it was recorded): AMX and vdpbf16ps round differently.
     std::string product_path;
-    if (run.value("bf16_amx", false))
+    bool amx_in_some = false, amx_in_all = true;  // over the sittings that recorded it
+    for (const json& sit : run.value("sittings", json::array()))
+      if (sit.contains("bf16_amx")) {
+        amx_in_some |= sit["bf16_amx"].get<bool>();
+        amx_in_all &= sit["bf16_amx"].get<bool>();
+      }
+    if (amx_in_some && !amx_in_all)
+      product_path = " The attention and scan products ran on AMX tiles in some sittings and with `vdpbf16ps` in "
+                     "others (the machines above), whose sums round differently: the runs mix the two roundings.";
+    else if (run.value("bf16_amx", false))
       product_path = " The attention and scan products ran on AMX tiles (this CPU has AMX-BF16), whose sums round "
                      "differently from `vdpbf16ps`: bf16 runs agree across machines only as closely as their rounding "
                      "does.";

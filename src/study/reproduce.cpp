@@ -659,7 +659,27 @@ json seed_growth(const fs::path& findings_file, int seeds) {
   return growth;
 }
 
-json collect(const Study& s, const GraphOutcome& g, double wall_total, const json& seeds_added) {
+// One sitting of the study (a start of `reproduce` that runs tasks; the next resumes where it stopped): when and where
+// it ran, with which job layout; its seconds and tasks are filled in when it ends. The report lists the machines.
+json this_sitting(const Study& s, int ranks) {
+  return {{"started", now_iso()}, {"cpu", cpu_model_name()}, {"cores", cores()}, {"simd", simd_target()},
+          {"bf16_amx", s.precision == "bf16" && ops::bf16_pairs::amx_active()}, {"jobs", s.jobs},
+          {"threads_per_job", s.threads}, {"ranks", ranks}, {"seconds", nullptr}, {"tasks_done", nullptr}};
+}
+
+// The sittings a study.json records; a folder from before they were recorded has only its total time, kept as one
+// sitting on a machine not recorded.
+json recorded_sittings(const json& study_state, const std::string& file) {
+  if (study_state.contains("sittings")) {
+    if (!study_state["sittings"].is_array())
+      fail("{}: field 'sittings' must be an array, got {}", file, study_state["sittings"].dump());
+    return study_state["sittings"];
+  }
+  const double before = study_state.value("wall_seconds", 0.0);
+  return before > 0 ? json::array({{{"seconds", before}}}) : json::array();
+}
+
+json collect(const Study& s, const GraphOutcome& g, const json& study_state, const json& seeds_added) {
   json hybrids = json::object();
   for (auto& r : s.runs)
     if (!hybrids.contains(r.hybrid)) {
@@ -698,7 +718,8 @@ json collect(const Study& s, const GraphOutcome& g, double wall_total, const jso
                                            {"dir", fs::relative(s.evaluator->planned.dir, s.out).string()}}  // relative: the folder moves
                                     : json()},
           {"hybrids", hybrids},
-          {"run", {{"finished", now_iso()}, {"wall_seconds", wall_total}, {"jobs", s.jobs},
+          {"run", {{"finished", now_iso()}, {"wall_seconds", study_state["wall_seconds"]},
+                   {"sittings", study_state["sittings"]}, {"jobs", s.jobs},
                    {"threads_per_job", s.threads}, {"cores", cores()}, {"cpu", cpu_model_name()},
                    {"precision", s.precision},
                    // bf16 rounds differently on AMX tiles (ops/bf16_amx.cpp) than with vdpbf16ps: say which ran
@@ -784,7 +805,8 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   if (!o.dry_run) fs::create_directories(out);
   const std::string study_json = (out / "study.json").string();
   json st = {{"plan", fs::absolute(s.plan.file).lexically_normal().string()}, {"budget", s.budget.name},
-             {"seeds", s.seeds}, {"first_seed", s.first_seed}, {"precision", s.precision}, {"wall_seconds", 0.0}};
+             {"seeds", s.seeds}, {"first_seed", s.first_seed}, {"precision", s.precision}, {"wall_seconds", 0.0},
+             {"sittings", json::array()}};
   if (fs::exists(study_json)) {
     json have = read_json_file(study_json);
     if (!have.contains("precision")) have["precision"] = "fp32";  // folders from before these options
@@ -808,6 +830,7 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
                  s.first_seed + had.get<int>(), s.first_seed + s.seeds - 1);
     st["seeds"] = s.seeds;
     st["wall_seconds"] = have.value("wall_seconds", 0.0);
+    st["sittings"] = recorded_sittings(have, study_json);
   }
   // Read before any task runs: the findings.json there now is the report a reader may have seen.
   const json seeds_added = o.dry_run || o.rank > 0 ? json::array() : seed_growth(out / "findings.json", s.seeds);
@@ -850,6 +873,10 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
                s.seeds, s.seeds == 1 ? "" : "s",
                s.first_seed == 1 ? "" : fmt::format(" ({}..{})", s.first_seed, s.first_seed + s.seeds - 1),
                s.tasks.size(), s.jobs, s.threads, s.threads == 1 ? "" : "s", o.out);
+  if (o.rank == 0) {  // recorded before it starts, so that a sitting stopped by a kill still names its machine
+    st["sittings"].push_back(this_sitting(s, o.ranks));
+    write_file_atomic(study_json, st.dump(2) + "\n");
+  }
   GraphOutcome g = run_task_graph(self_exe(), s.tasks, s.jobs, o.quiet, {o.rank, o.ranks, markers});
   if (!g.interrupted && o.ranks > 1) o.barrier();  // every rank's tasks have ended
   if (o.rank > 0) {
@@ -858,13 +885,17 @@ ReproduceOutcome run_reproduce(const ReproduceOptions& o, const TrainOptionKind&
   }
   fs::remove_all(markers);
   st["wall_seconds"] = st["wall_seconds"].get<double>() + g.seconds;
+  json& sitting = st["sittings"].back();
+  sitting["seconds"] = g.seconds;
+  sitting["tasks_done"] = g.done - g.done_before;
+  sitting["interrupted"] = g.interrupted;
   write_file_atomic(study_json, st.dump(2) + "\n");
   if (g.interrupted) {
     if (!o.quiet) fmt::print(stderr, "reproduce: interrupted; run the same command again to continue\n");
     res.exit_code = 130;
     return res;
   }
-  const json findings = collect(s, g, st["wall_seconds"].get<double>(), seeds_added);
+  const json findings = collect(s, g, st, seeds_added);
   res.findings = (out / "findings.json").string();
   write_file_atomic(res.findings, findings.dump(1) + "\n");
   res.report = write_report(findings, o.out);

@@ -80,6 +80,7 @@ GraphOutcome run_task_graph(const std::string& exe, std::vector<Task>& tasks, in
     fmt::print(stderr, "{}reproduce: [{}/{} tasks, runs {}/{} trained] {} elapsed, ETA {}{}{}\n", who, out.done, n, runs_done,
                runs_total, format_duration(el), eta, what.empty() ? "" : ": ", what);
   };
+  out.done_before = out.done;
   if (out.done > 0) progress(fmt::format("{} task{} already done (resumed)", out.done, out.done == 1 ? "" : "s"));
   auto mark_done = [&](size_t i, const std::string& note) {
     st[i] = State::kDone;

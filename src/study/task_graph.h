@@ -34,6 +34,7 @@ struct GraphShare {
 
 struct GraphOutcome {
   int done = 0, failed = 0, skipped = 0;            // skipped: a dependency failed
+  int done_before = 0;                               // of `done`: those done before this sitting began
   bool interrupted = false;
   std::vector<std::string> errors;                  // "label: what went wrong (log ...)"
   double seconds = 0;
