@@ -125,12 +125,16 @@ inline void block(int mr, i64 N, i64 K, const float* A, i64 a_rs, i64 a_ks, cons
   }
 }
 
-// Lanes of the vector starting at column `first` whose column lies in the inclusive range [lo, hi].
-inline hn::Mask<DF> in_range(int first, int lo, int hi) {
-  const DF d;
-  const VF idx = hn::Iota(d, static_cast<float>(first));
-  return hn::And(hn::Ge(idx, hn::Set(d, static_cast<float>(lo))), hn::Le(idx, hn::Set(d, static_cast<float>(hi))));
+// Lanes whose column (`idx`, as integers) lies in the inclusive range [lo, hi]. Integer compares: turning lo and
+// hi into floats for every key row (cvtsi2ss, then a broadcast) was a third of the forward softmax's time.
+using DI = hn::RebindToSigned<DF>;
+using VI = hn::Vec<DI>;
+inline hn::Mask<DF> in_range(VI idx, int lo, int hi) {
+  const DI di;
+  return hn::RebindMask(DF(), hn::And(hn::Gt(idx, hn::Set(di, lo - 1)), hn::Lt(idx, hn::Set(di, hi + 1))));
 }
+// The same for the vector starting at column `first`.
+inline hn::Mask<DF> in_range(int first, int lo, int hi) { return in_range(hn::Iota(DI(), first), lo, hi); }
 
 // Dot product with L partial sums (fixed order, so still deterministic).
 inline float dot(const float* a, const float* b, i64 n) {
@@ -307,17 +311,18 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               const DF d;
               const VF ninf = hn::Set(d, kNegInf);
               for (int q0 = 16 * qv; q0 < 16 * qv + 16; q0 += static_cast<int>(hn::Lanes(d))) {
+                const VI qidx = hn::Iota(DI(), q0);
                 VF vmax = ninf;
                 for (int c = ca; c <= cz; ++c)
-                  vmax = hn::Max(vmax, hn::IfThenElse(in_range(q0, tm.ql[c], tm.qh[c]), hn::LoadU(d, st + c * kTile + q0),
-                                                      ninf));
+                  vmax = hn::Max(vmax, hn::IfThenElse(in_range(qidx, tm.ql[c], tm.qh[c]),
+                                                      hn::LoadU(d, st + c * kTile + q0), ninf));
                 const VF m_old = hn::Load(d, m + q0), m_new = hn::Max(m_old, vmax);
                 // Lanes that had no key yet get alpha = 0 (their O and l are still zero).
                 const VF a = exp2_masked(d, hn::Sub(m_old, m_new), hn::Ne(m_old, ninf));
                 VF vsum = hn::Zero(d);
                 for (int c = ca; c <= cz; ++c) {
                   float* sc = st + c * kTile + q0;
-                  const VF p = exp2_masked(d, hn::Sub(hn::LoadU(d, sc), m_new), in_range(q0, tm.ql[c], tm.qh[c]));
+                  const VF p = exp2_masked(d, hn::Sub(hn::LoadU(d, sc), m_new), in_range(qidx, tm.ql[c], tm.qh[c]));
                   vsum = hn::Add(vsum, p);
                   hn::StoreU(p, d, sc);
                 }
