@@ -18,6 +18,7 @@
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
+#include "ops/small_gemm.h"
 
 using hlm::i64;
 
@@ -69,6 +70,29 @@ BENCHMARK(BM_Matmul)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
     ->Name("BM_MatmulScanChunk");
+
+// The scans' per-chunk products in every layout, through oneDNN's sgemm (impl 0) and through the register-blocked
+// micro-kernel the scans use (impl 1, ops/small_gemm.h). Args: trans_a, trans_b, impl, M = N = K. Run with
+// OMP_NUM_THREADS=1: the scans call them on one thread each.
+void BM_SmallGemm(benchmark::State& st) {
+  const bool ta = st.range(0) != 0, tb = st.range(1) != 0, small = st.range(2) != 0;
+  const i64 n = st.range(3);
+  auto A = randn(n * n, 1, 1.0), B = randn(n * n, 2, 1.0);
+  hlm::aligned_vector<float> C(n * n);
+  for (auto _ : st) {
+    if (small)
+      hlm::ops::small_gemm(ta, tb, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
+    else
+      hlm::ops::matmul(ta, tb, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_gflops(st, 2.0 * n * n * n);
+}
+BENCHMARK(BM_SmallGemm)
+    ->ArgNames({"ta", "tb", "small", "n"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}, {32, 64}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // The three products of each of the MLP's two linear layers y = x W^T (forward NT; backward dx = dy W, NN;
 // dW += dy^T x, TN) at T tokens, d_model d and d_ff ff (gate|up fused: 2 ff outputs; then down). Args trans_a,

@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
+#include "ops/small_gemm.h"
 #include "ops/swiglu.h"
 #include "testing.h"
 
@@ -68,6 +70,48 @@ TEST(Matmul, BadStridesAndZeroKThrowOrScale) {
   std::vector<float> A(16, 1.f), B(16, 1.f), C(16, 2.f);
   EXPECT_THROW(ops::matmul(false, false, 4, 4, 4, 1.f, A.data(), 3, B.data(), 4, 0.f, C.data(), 4), Error);
   ops::matmul(false, false, 4, 4, 0, 1.f, A.data(), 1, B.data(), 4, 0.5f, C.data(), 4);
+  for (float c : C) EXPECT_EQ(c, 1.f);
+}
+
+// The scans' small products on the micro-kernel (ops/small_gemm.h): every layout, row strides, the alpha and beta the
+// scans use (1 with 0 or 1, a scale with 0 or 1) and a general pair, and sizes that leave partial vectors and
+// partial 4-row blocks. Bound: a dot product of K terms plus the alpha and beta roundings (docs/testing.md).
+TEST(SmallGemm, EveryLayoutSizeAndScalingMatchesTheDoubleReference) {
+  const std::vector<std::array<i64, 3>> shapes = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 64, 64}, {64, 64, 32},
+                                                  {70, 81, 65}, {4, 128, 128}, {128, 3, 100}};
+  const std::vector<std::pair<float, float>> scalings = {{1.f, 0.f}, {1.f, 1.f}, {0.125f, 0.f}, {0.125f, 1.f},
+                                                         {0.75f, 0.5f}};
+  for (auto [M, N, K] : shapes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (auto [alpha, beta] : scalings) {
+          const i64 a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+          const i64 lda = a_cols + 3, ldb = b_cols + 1, ldc = N + 5;
+          auto A = randn(a_rows * lda, 1 + ta);
+          auto B = randn(b_rows * ldb, 3 + tb);
+          auto C = beta == 0.f ? nan_vec(M * ldc) : randn(M * ldc, 9);
+          for (i64 i = 0; i < M; ++i)
+            for (i64 j = N; j < ldc; ++j) C[i * ldc + j] = 123.f;  // padding must stay
+          auto want = ref_matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+          ops::small_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+          const std::string what = "small_gemm " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                                   std::to_string(K) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) +
+                                   " alpha=" + std::to_string(alpha) + " beta=" + std::to_string(beta);
+          EXPECT_TRUE(close_rel(C, want, fp32_tol(fp32_depth({double(K), 2})), what));
+          for (i64 i = 0; i < M; ++i)
+            for (i64 j = N; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], 123.f) << what;
+        }
+}
+
+TEST(SmallGemm, RefusesLargeSidesAndBadStridesAndScalesForZeroK) {
+  std::vector<float> A(16, 1.f), B(16, 1.f), C(16, 2.f);
+  EXPECT_THROW(ops::small_gemm(false, false, 4, 4, 4, 1.f, A.data(), 3, B.data(), 4, 0.f, C.data(), 4), Error);
+  EXPECT_FALSE(ops::small_gemm_fits(ops::kSmallGemmMax + 1, 4, 4));
+  std::vector<float> big(static_cast<size_t>((ops::kSmallGemmMax + 1) * 4), 1.f);
+  EXPECT_THROW(ops::small_gemm(false, false, ops::kSmallGemmMax + 1, 4, 4, 1.f, big.data(), 4, B.data(), 4, 0.f,
+                               big.data(), 4),
+               Error);
+  ops::small_gemm(false, false, 4, 4, 0, 1.f, A.data(), 1, B.data(), 4, 0.5f, C.data(), 4);
   for (float c : C) EXPECT_EQ(c, 1.f);
 }
 

@@ -30,7 +30,6 @@
 #include "core/simd_target.h"
 #include "ops/bf16_pairs.h"
 #include "ops/attention_tiles.h"
-#include "ops/transpose16.h"
 
 #include "core/simd_config.h"  // before any Highway header
 
@@ -39,6 +38,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "ops/microkernel-inl.h"
 #include "ops/simd_math-inl.h"
 
 // GCC 12's AVX-512 reduce/roundscale intrinsics start from _mm512_undefined_ps(): a false -Wmaybe-uninitialized.
@@ -52,78 +52,9 @@ namespace {
 
 namespace hn = hwy::HWY_NAMESPACE;
 using namespace hlm::ops::attn;
-using DF = hn::CappedTag<float, 16>;  // at most one 16-column group per vector
-using VF = hn::Vec<DF>;
-
-// Accumulator vectors per microkernel pass: 4 rows x kMaxNV vectors must fit the register file with the B row
-// and a broadcast (16 registers on AVX2/SSE4, 32 on AVX-512 and NEON).
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
-constexpr int kMaxNV = 3;
-#else
-constexpr int kMaxNV = 4;
-#endif
-
-// ---- microkernel: C[MR x n] (+)= A[MR x K] B[K x n], n = L*(NV-1) + n_last ------------------------------
-// A element (row r, k) is A[r*a_rs + k*a_ks] (so A^T is a_rs = 1); B is row-major with row stride ldb. FULL:
-// the last vector is whole (n_last == L), so no masked loads and stores.
-template <int MR, int NV, bool FULL>
-void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, float* C, i64 ldc, size_t n_last,
-        bool acc) {
-  const DF d;
-  const size_t L = hn::Lanes(d);
-  const auto last = hn::FirstN(d, n_last);
-  // Unrolled explicitly: otherwise GCC 12 keeps c[][] on the stack and stores it every k (2.5x slower).
-  VF c[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      float* p = C + r * ldc + L * v;
-      c[r][v] = !acc ? hn::Zero(d) : (!FULL && v == NV - 1) ? load_first(d, last, p, n_last) : hn::LoadU(d, p);
-    }
-  for (i64 k = 0; k < K; ++k) {
-    const float* b = B + k * ldb;
-    const float* a = A + k * a_ks;
-    VF bv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v)
-      bv[v] = (!FULL && v == NV - 1) ? load_first(d, last, b + L * v, n_last) : hn::LoadU(d, b + L * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const VF av = hn::Set(d, a[r * a_rs]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) c[r][v] = hn::MulAdd(av, bv[v], c[r][v]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      float* p = C + r * ldc + L * v;
-      if (!FULL && v == NV - 1)
-        store_first(d, c[r][v], last, p, n_last);
-      else
-        hn::StoreU(c[r][v], d, p);
-    }
-}
-
-using MkFn = void (*)(i64, const float*, i64, i64, const float*, i64, float*, i64, size_t, bool);
-template <int MR, int NV>
-constexpr MkFn mk_pair[2] = {mk<MR, NV, false>, mk<MR, NV, true>};
-template <int MR>
-constexpr const MkFn* mk_row[4] = {mk_pair<MR, 1>, mk_pair<MR, 2>, mk_pair<MR, 3>, mk_pair<MR, 4>};
-constexpr const MkFn* const* mk_table[4] = {mk_row<1>, mk_row<2>, mk_row<3>, mk_row<4>};
-
-// C[mr x N] (+)= A[mr x K] B[K x N] for mr in 1..4 rows and N >= 1 columns, in passes of kMaxNV vectors.
-inline void block(int mr, i64 N, i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, float* C, i64 ldc,
-                  bool acc) {
-  const i64 L = static_cast<i64>(hn::Lanes(DF()));
-  for (i64 c0 = 0; c0 < N; c0 += kMaxNV * L) {
-    const i64 n = std::min<i64>(kMaxNV * L, N - c0), nv = (n + L - 1) / L, n_last = n - L * (nv - 1);
-    mk_table[mr - 1][nv - 1][n_last == L](K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, static_cast<size_t>(n_last),
-                                           acc);
-  }
-}
+using micro::block;
+using micro::DF;  // at most one 16-column group per vector
+using micro::VF;
 
 // Lanes whose column (`idx`, as integers) lies in the inclusive range [lo, hi]. Integer compares: turning lo and
 // hi into floats for every key row (cvtsi2ss, then a broadcast) was a third of the forward softmax's time.
@@ -151,26 +82,8 @@ inline float dot(const float* a, const float* b, i64 n) {
 }
 
 // Transpose of n (<= 64) rows of one head, times mul: dst [hd][64], zero padded beyond n.
-void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  // The one target-specific path: 16 x 16 blocks transposed in registers (Highway 1.0 has no 16-lane transpose).
-  const __m512 vm = _mm512_set1_ps(mul);
-  for (int r0 = 0; r0 < kTile; r0 += 16)
-    for (i64 d0 = 0; d0 < hd; d0 += 16) {
-      const int nd = static_cast<int>(std::min<i64>(16, hd - d0));
-      const __mmask16 dm = static_cast<__mmask16>(nd == 16 ? 0xFFFFu : (1u << nd) - 1u);
-      __m512 a[16];
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        a[i] = r0 + i < n ? _mm512_mul_ps(_mm512_maskz_loadu_ps(dm, src + (r0 + i) * stride + d0), vm)
-                          : _mm512_setzero_ps();
-      transpose16(a);
-      for (int i = 0; i < nd; ++i) _mm512_storeu_ps(dst + (d0 + i) * kTile + r0, a[i]);
-    }
-#else
-  for (i64 d = 0; d < hd; ++d)
-    for (int c = 0; c < kTile; ++c) dst[d * kTile + c] = c < n ? src[c * stride + d] * mul : 0.f;
-#endif
+inline void pack_t(const float* src, i64 stride, int n, i64 hd, float mul, float* dst) {
+  micro::transpose_rows(src, stride, n, kTile, hd, mul, dst, kTile);
 }
 
 // Under --precision bf16, the products run in bf16 with fp32 accumulation (ops/bf16_pairs.h) where the CPU has

@@ -1,12 +1,14 @@
 #pragma once
 // The small dense products the scan kernels (ops/scalar_decay_scan.cpp, ops/gated_delta.cpp) are built from, for
-// both element types they are instantiated with: float, the engine, goes to oneDNN's sgemm (ops/matmul.h;
-// single-threaded inside the kernels' parallel regions), or under --precision bf16 on CPUs with AVX512_BF16 to the
-// bf16 pair products (ops/bf16_pairs.h: oneDNN's bf16 matmul is slower than its sgemm at these 64 x 64 sizes);
-// double, the test oracle, runs plain loops.
+// both element types they are instantiated with: float, the engine, goes to the register-blocked micro-kernel
+// (ops/small_gemm.h; on the calling thread, inside the kernels' parallel regions) and, for a side above its limit,
+// to oneDNN's sgemm (ops/matmul.h), or under --precision bf16 on CPUs with AVX512_BF16 to the bf16 pair products
+// (ops/bf16_pairs.h: oneDNN's bf16 matmul is slower than its sgemm at these 64 x 64 sizes); double, the test oracle,
+// runs plain loops.
 #include "core/tensor.h"
 #include "ops/bf16_pairs.h"
 #include "ops/matmul.h"
+#include "ops/small_gemm.h"
 
 namespace hlm::ops {
 
@@ -15,6 +17,8 @@ inline void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float
                  float beta, float* C, i64 ldc) {
   if (bf16_pairs::active())
     bf16_pairs::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (small_gemm_fits(M, N, K))
+    small_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
     matmul(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
