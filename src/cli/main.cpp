@@ -1,4 +1,6 @@
 // hybridlm: one binary, one file per subcommand (cli/*.cpp registers itself here).
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -9,6 +11,11 @@
 #include "train/distributed.h"
 
 int main(int argc, char** argv) {
+  // glibc raises its mmap threshold to the largest block freed so far, so oneDNN's per-call GEMM packing buffers
+  // (4.5 MB per thread for the LM head's logits at the bench config) move onto the heap after the first call, where
+  // the heap's layout decides whether freed ones stay resident: peak RSS varied by 3-5 MB between builds of the same
+  // code. A fixed threshold keeps blocks of 4 MiB and more on mmap, returned at free (docs/memory.md).
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
   // Before any thread exists: Ctrl-C and friends are handled on a thread of their own (core/signal_thread.h).
   hlm::route_signals_to_own_thread();
   // MPI starts here when an MPI launcher started us (mpirun -np N hybridlm train ...; docs/distributed.md).
