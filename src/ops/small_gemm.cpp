@@ -5,8 +5,7 @@
 // op(B) as vectors. op(B) goes in panels of up to 64 columns: B itself when not transposed, else a transposed copy
 // on the stack (K x 64 floats, 32 KB at most). Each panel meets every 4-row block of op(A) while it is in L1. C is
 // written directly when alpha == 1 and beta is 0 or 1 (the scans' products but one); other alpha and beta go
-// through a 4-row staging block. No heap scratch: a per-thread buffer on the main thread's heap kept the heap from
-// shrinking after larger temporaries and added 3 MB to a training step's peak RSS.
+// through a 4-row staging block. Both buffers live on the stack, so the op keeps no scratch between calls.
 #include "ops/small_gemm.h"
 
 #include <algorithm>
