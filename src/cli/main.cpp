@@ -13,7 +13,7 @@
 int main(int argc, char** argv) {
   // glibc raises its mmap threshold to the largest block freed so far, so oneDNN's per-call GEMM packing buffers
   // (4.5 MB per thread for the LM head's logits at the bench config) move onto the heap after the first call, where
-  // the heap's layout decides whether freed ones stay resident: peak RSS varied by 3-5 MB between builds of the same
+  // the heap's layout decides whether freed ones stay resident: peak RSS moved by 3 MB between builds of the same
   // code. A fixed threshold keeps blocks of 4 MiB and more on mmap, returned at free (docs/memory.md).
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   // Before any thread exists: Ctrl-C and friends are handled on a thread of their own (core/signal_thread.h).
