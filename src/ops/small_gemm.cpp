@@ -3,9 +3,10 @@
 //
 // The micro-kernel broadcasts elements of op(A), so A is read in place whether transposed or not, and loads rows of
 // op(B) as vectors. op(B) goes in panels of up to 64 columns: B itself when not transposed, else a transposed copy
-// on the stack (K x 64 floats, 32 KB at most). Each panel meets every 4-row block of op(A) while it is in L1. C is
-// written directly when alpha == 1 and beta is 0 or 1 (the scans' products but one); other alpha and beta go
-// through a 4-row staging block. Both buffers live on the stack, so the op keeps no scratch between calls.
+// on the stack (K x 64 floats, 32 KB at most), with alpha folded in. Each panel meets every 4-row block of op(A) while
+// it is in L1. C is written directly when beta is 0 or 1 and alpha is 1 or folded into the copy (the scans' products
+// but one); other alpha and beta go through a 4-row staging block. Both buffers live on the stack, so the op keeps no
+// scratch between calls.
 #include "ops/small_gemm.h"
 
 #include <algorithm>
@@ -31,26 +32,24 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace hlm::ops::HWY_NAMESPACE {
-namespace {
 
 constexpr i64 kPanel = 64;  // op(B) columns per panel (the micro-kernel splits them into its passes)
-
-}  // namespace
 
 void small_gemm_impl(bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B,
                      i64 ldb, float beta, float* C, i64 ldc) {
   const i64 a_rs = ta ? 1 : lda, a_ks = ta ? lda : 1;  // op(A)(i, k) = A[i * a_rs + k * a_ks]
-  const bool direct = alpha == 1.f && (beta == 0.f || beta == 1.f);
+  const float alpha_after = tb ? 1.f : alpha;  // what is left of alpha once the product is made
+  const bool direct = alpha_after == 1.f && (beta == 0.f || beta == 1.f);
   alignas(64) float panel[kSmallGemmMax * kPanel];
   alignas(64) float stage[4 * kPanel];
   const micro::DF d;
-  const auto va = hn::Set(d, alpha), vb = hn::Set(d, beta);
+  const auto va = hn::Set(d, alpha_after), vb = hn::Set(d, beta);
   for (i64 j0 = 0; j0 < N; j0 += kPanel) {
     const i64 np = std::min(kPanel, N - j0);
     const float* Bp = B + j0;  // op(B)[:, j0 .. j0 + np)
     i64 ldbp = ldb;
     if (tb) {
-      micro::transpose_rows(B + j0 * ldb, ldb, np, np, K, 1.f, panel, kPanel);
+      micro::transpose_rows(B + j0 * ldb, ldb, np, np, K, alpha, panel, kPanel);
       Bp = panel, ldbp = kPanel;
     }
     for (i64 r0 = 0; r0 < M; r0 += 4) {
