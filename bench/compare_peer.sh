@@ -8,15 +8,20 @@
 #     "--autocast bf16" adds those runs; HLM_EXTRA="--precision bf16" runs hybridlm in bf16 (docs/precision.md).
 # The peers live outside this repository (a measuring stick beside the project); a peer whose variable is unset
 # or whose directory is missing is skipped with a note. Usage: PEER=... PEER2=... bench/compare_peer.sh [preset...]
-# (default: swa128-nope full). Writes bench/results/<date>-<preset>-<who>.json and prints one line per run:
+# (default: swa128-nope full). Writes bench/results/<date>-r<round>-<preset>-<who>.json and prints one line per run:
 # tokens/s, model GFLOP/s and the ISA that ran (hybridlm's SIMD target; torch's "CPU capability").
-# Run nothing else meanwhile (2 cores).
+# ROUNDS=N (default 1) repeats the whole comparison N times, measuring the fp32 GEMM peak before each round
+# (hybridlm_microbench BM_Matmul, if built), and ends with the table the targets are stated in: per preset, the
+# median and range over rounds of hybridlm's tokens/s over each peer's in the same round (torch 2.x: the better of
+# its runs), hybridlm's model GFLOP/s as a share of that round's GEMM peak, and peak RSS. Paired per round, because a
+# shared machine's speed drifts by tens of percent within minutes. Run nothing else meanwhile (2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-./build/release/hybridlm}
-STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}
+STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} ROUNDS=${ROUNDS:-1}
+MICROBENCH=${MICROBENCH:-$(dirname "$BIN")/hybridlm_microbench}
 mkdir -p bench/results
-d=$(date +%Y-%m-%d)
+d=$(date +%Y-%m-%d-%H%M)
 presets=("$@"); [ ${#presets[@]} -gt 0 ] || presets=(swa128-nope full)
 
 # One summary line from a hybridlm or peer JSON file.
@@ -48,21 +53,30 @@ else
   echo "note: PEER2 unset or missing: torch 2.x peer skipped" >&2
 fi
 
-for p in "${presets[@]}"; do
-  out="bench/results/$d-$p"
-  $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps "$STEPS" --warmup "$WARMUP" ${HLM_EXTRA:-} \
-    --json > "$out-hybridlm.json"
-  summary "$p hybridlm" "$out-hybridlm.json"
-  if peer_ok "${PEER:-}"; then
-    (cd "$PEER" && ./bench_tuned.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 1024 \
-      --prefill-reps 1 --out "$OLDPWD/$out-peer.json" > /dev/null 2>&1) && summary "$p torch1.13" "$out-peer.json" ||
-      echo "$p torch 1.13 peer failed" >&2
+for r in $(seq "$ROUNDS"); do
+  [ "$ROUNDS" -gt 1 ] && echo "round $r of $ROUNDS"
+  if [ -x "$MICROBENCH" ]; then
+    "$MICROBENCH" --benchmark_filter='BM_Matmul/' --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+      --benchmark_format=json > "bench/results/$d-r$r-gemm-peak.json" 2> /dev/null ||
+      echo "note: $MICROBENCH failed: no GEMM peak for round $r" >&2
   fi
-  if peer_ok "${PEER2:-}"; then
-    for attn in sdpa explicit; do
-      (cd "$PEER2" && ./run_bench.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 0 --attn "$attn" \
-        ${PEER2_EXTRA:-} --out "$OLDPWD/$out-peer2-$attn.json" > /dev/null 2>&1) &&
-        summary "$p torch2 $attn" "$out-peer2-$attn.json" || echo "$p torch 2.x peer ($attn) failed" >&2
-    done
-  fi
+  for p in "${presets[@]}"; do
+    out="bench/results/$d-r$r-$p"
+    $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps "$STEPS" --warmup "$WARMUP" ${HLM_EXTRA:-} \
+      --json > "$out-hybridlm.json"
+    summary "$p hybridlm" "$out-hybridlm.json"
+    if peer_ok "${PEER:-}"; then
+      (cd "$PEER" && ./bench_tuned.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 1024 \
+        --prefill-reps 1 --out "$OLDPWD/$out-peer.json" > /dev/null 2>&1) && summary "$p torch1.13" "$out-peer.json" ||
+        echo "$p torch 1.13 peer failed" >&2
+    fi
+    if peer_ok "${PEER2:-}"; then
+      for attn in sdpa explicit; do
+        (cd "$PEER2" && ./run_bench.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 0 --attn "$attn" \
+          ${PEER2_EXTRA:-} --out "$OLDPWD/$out-peer2-$attn.json" > /dev/null 2>&1) &&
+          summary "$p torch2 $attn" "$out-peer2-$attn.json" || echo "$p torch 2.x peer ($attn) failed" >&2
+      done
+    fi
+  done
 done
+python3 bench/tools/peer_ratios.py "bench/results/$d" "$ROUNDS" "${presets[@]}"
