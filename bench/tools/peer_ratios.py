@@ -91,7 +91,7 @@ def main():
             theirs = [y for _, y in rss if y]
             rss_text = f"{ours_rss:.0f} / {max(theirs):.0f}" if theirs else f"{ours_rss:.0f} / -"
         print(f"| `{p}` | {spread(ours, '{:.0f}')} | {spread(r2, '{:.2f}x')} | {spread(r1, '{:.2f}x')} | "
-              f"{spread(share, '{:.0f}%')} | {rss_text} |")
+              f"{spread(share, '{:.1f}%')} | {rss_text} |")
     print(f"\nmedian (min-max) over {rounds} round(s); each ratio pairs runs of the same round.")
 
 
