@@ -19,6 +19,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev libomp-14-dev   # the asan presets: ASan/UBSan unit tests and libFuzzer targets (CI)
   llvm-14 lld-14                              # what CMake picks beside clang-14 (llvm-ar-14, ld.lld-14, ...): named, not found by chance
   python3.11-doc linux-doc-6.1                # the built-in default corpus (reST sources)
+  python3                                     # bench/tools/peer_ratios.py and its test (tests/peer_ratios_test.sh)
 )
 if [ "${1:-}" = "--list-packages" ]; then printf '%s\n' "${PACKAGES[@]}"; exit 0; fi
 
