@@ -20,6 +20,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-./build/release/hybridlm}
 STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} ROUNDS=${ROUNDS:-1}
 MICROBENCH=${MICROBENCH:-$(dirname "$BIN")/hybridlm_microbench}
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "compare_peer.sh: ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
 mkdir -p bench/results
 d=$(date +%Y-%m-%d-%H%M)
 presets=("$@"); [ ${#presets[@]} -gt 0 ] || presets=(swa128-nope full)
