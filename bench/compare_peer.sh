@@ -8,8 +8,8 @@
 #     "--autocast bf16" adds those runs; HLM_EXTRA="--precision bf16" runs hybridlm in bf16 (docs/precision.md).
 # The peers live outside this repository (a measuring stick beside the project); a peer whose variable is unset
 # or whose directory is missing is skipped with a note. Usage: PEER=... PEER2=... bench/compare_peer.sh [preset...]
-# (default: swa128-nope full). Writes bench/results/<date>-r<round>-<preset>-<who>.json and prints one line per run:
-# tokens/s, model GFLOP/s and the ISA that ran (hybridlm's SIMD target; torch's "CPU capability").
+# (default: swa128-nope full). Writes bench/results/<date>-<HHMM>-r<round>-<preset>-<who>.json and prints a line
+# per run: tokens/s, model GFLOP/s and the ISA that ran (hybridlm's SIMD target; torch's "CPU capability").
 # ROUNDS=N (default 1) repeats the whole comparison N times, measuring the fp32 GEMM peak before each round
 # (hybridlm_microbench BM_Matmul, if built), and ends with the table the targets are stated in: per preset, the
 # median and range over rounds of hybridlm's tokens/s over each peer's in the same round (torch 2.x: the better of
@@ -20,7 +20,10 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-./build/release/hybridlm}
 STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} ROUNDS=${ROUNDS:-1}
 MICROBENCH=${MICROBENCH:-$(dirname "$BIN")/hybridlm_microbench}
-[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "compare_peer.sh: ROUNDS must be a positive integer, got '$ROUNDS'" >&2; exit 2; }
+if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "compare_peer.sh: ROUNDS must be a positive integer, got '$ROUNDS'" >&2
+  exit 2
+fi
 mkdir -p bench/results
 d=$(date +%Y-%m-%d-%H%M)
 presets=("$@"); [ ${#presets[@]} -gt 0 ] || presets=(swa128-nope full)
