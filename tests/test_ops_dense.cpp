@@ -7,8 +7,10 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
@@ -605,6 +607,38 @@ TEST(LmHeadCE, ForwardBackwardInOnePassOnSeveralThreadsMatchesReference) {
       EXPECT_TRUE(close_rel(dW, dW_ref, 1e-5, "dW"));
     });
   }
+}
+
+TEST(LmHeadCE, ForwardBackwardInACallersWorkspaceGivesTheSameBits) {
+  // The fused pass's buffers (dW partials, logits blocks) in a workspace the caller owns (the training arena's free
+  // region), on 1 and 3 row groups: bitwise what its own buffers give; a workspace one float too small is not used.
+  CeCase c(37, 45, 103, 85);
+  const auto dW0 = randn(c.V * c.D, 86, 0.01);
+  ops::CeTiling one{8, 24, 1, 1, 8}, three{8, 24, 3, 1, 5};
+  for (const ops::CeTiling& tl : {one, three}) {
+    SCOPED_TRACE(::testing::Message() << tl.grid_p << " row groups");
+    const i64 need = ops::lm_head_ce_workspace_floats(c.N, c.D, c.V, tl);
+    // dW partials of the groups but the first, then a block of fused_rows padded rows per group.
+    EXPECT_EQ(need, (tl.grid_p - 1) * c.V * c.D + tl.grid_p * tl.fused_rows * (c.V + 16));
+    auto run = [&](float* ws, i64 ws_floats, std::vector<float>& lse, std::vector<float>& dh, std::vector<float>& dW) {
+      lse = nan_vec(c.N), dh = nan_vec(c.N * c.D), dW = dW0;
+      return ops::lm_head_ce_forward_backward(c.h.data(), c.W.data(), c.tg.data(), c.N, c.D, c.V, 0.25f, lse.data(),
+                                              nullptr, dh.data(), dW.data(), tl, ws, ws_floats);
+    };
+    std::vector<float> lse_own, dh_own, dW_own, lse_ws, dh_ws, dW_ws;
+    const double own = run(nullptr, 0, lse_own, dh_own, dW_own);
+    aligned_vector<float> ws(static_cast<size_t>(need), std::numeric_limits<float>::quiet_NaN());
+    for (i64 size : {need - 1, need}) {
+      EXPECT_EQ(own, run(ws.data(), size, lse_ws, dh_ws, dW_ws));
+      EXPECT_EQ(0, std::memcmp(lse_own.data(), lse_ws.data(), lse_own.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(dh_own.data(), dh_ws.data(), dh_own.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(dW_own.data(), dW_ws.data(), dW_own.size() * sizeof(float)));
+      // Used (written over its NaNs) only when large enough.
+      EXPECT_EQ(size == need, !std::isnan(ws[0])) << "workspace of " << size << " floats, " << need << " needed";
+    }
+  }
+  // The two-call path (vocab groups) needs none.
+  EXPECT_EQ(0, ops::lm_head_ce_workspace_floats(c.N, c.D, c.V, ops::CeTiling{8, 24, 2, 3}));
 }
 
 TEST(LmHeadCE, DefaultTilesOnSeveralChunksMatchReference) {

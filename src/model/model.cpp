@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -88,11 +89,11 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   if (recompute) floats += (layers + 1) * (N * D + pad) + per_layer + saved_max;
   else floats += N * D + pad;
   floats += 2 * (N + pad);  // the final norm's rstd, lse (its output reuses the shared norm buffer)
-  // Backward temporaries: d_residual, d_norm, d_tmp; on top of them, one at a time, the MLP's da (its d gate|up
-  // overwrites gate|up), the largest mixer scratch (forward or backward) and, with recompute, the SwiGLU
-  // product of the block rerun.
+  // Backward temporaries: d_residual, d_norm, d_tmp; on top of them, one at a time, the LM head's buffers (its dW
+  // partials and logits blocks, at this thread count), the MLP's da (its d gate|up overwrites gate|up), the largest
+  // mixer scratch (forward or backward) and, with recompute, the SwiGLU product of the block rerun.
   floats += 3 * (N * D + pad);
-  floats += std::max(scratch, N * F + pad);
+  floats += std::max({scratch, N * F + pad, ops::lm_head_ce_workspace_floats(N, D, cfg.vocab_size) + pad});
   return floats;
 }
 
@@ -235,9 +236,17 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, co
   const i64 N = B * T, D = cfg_.d_model;
   const auto mark = arena_.mark();
   const BackwardBuffers g = backward_buffers();
+  // The head's buffers in the arena region that the blocks' backward scratch takes later (free now), not in buffers
+  // its threads would keep resident; where the thread count grew since plan() they do not fit and the head keeps them.
+  const auto head_mark = arena_.mark();
+  const i64 ws_floats = ops::lm_head_ce_workspace_floats(N, D, cfg_.vocab_size);
+  const size_t ws_bytes = Arena::rounded(sizeof(float) * static_cast<size_t>(ws_floats));
+  const bool ws_fits = ws_floats > 0 && arena_.used() + ws_bytes <= arena_.capacity();
+  float* ws = ws_fits ? arena_.floats(ws_floats, "lm_head_workspace") : nullptr;
   const double loss = ops::lm_head_ce_forward_backward(n_final_, params() + off_head_, targets_, N, D,
                                                        cfg_.vocab_size, grad_scale, lse_, nullptr, g.dn,
-                                                       grads() + off_head_);
+                                                       grads() + off_head_, {}, ws, ws_fits ? ws_floats : 0);
+  arena_.release_to(head_mark);
   if (check_numerics_ && !std::isfinite(loss)) fail("check-numerics: non-finite loss {}", loss);
   backward_below_head(g);
   arena_.release_to(mark);

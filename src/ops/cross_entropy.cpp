@@ -287,37 +287,74 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
   add_partials(dW, dW_part, g.p - 1, V * D);
 }
 
+namespace {
+// The fused pass's layout: p row groups (one per thread), blocks of R rows whose logits rows are padded to ldt floats,
+// a dW partial of V * D floats per row group but the first; fused == false where lm_head_ce_forward_backward makes the
+// two calls instead.
+struct FusedPlan {
+  bool fused = false;
+  i64 p = 1, R = 1, ldt = 1, partial = 0;
+  i64 partials_floats() const { return (p - 1) * partial; }
+  i64 workspace_floats() const { return fused ? partials_floats() + p * R * ldt : 0; }
+};
+FusedPlan fused_plan(i64 N, i64 D, i64 V, const CeTiling& tl) {
+  FusedPlan f;
+  f.p = tl.grid_p > 0 ? std::min(tl.grid_p, N) : std::min<i64>(std::max(1, num_threads()), N);
+  f.p = std::max<i64>(f.p, 1);
+  f.partial = V * D;
+  f.fused = N > 0 && tl.grid_q <= 1 && f.partials_floats() <= kMaxScratchFloats;
+  f.R = tl.fused_rows > 0 ? tl.fused_rows : std::clamp<i64>(kFusedBlockFloats / V, 8, 256);
+  f.ldt = V + 16;  // padded like tile_ld, so consecutive rows do not alias in L1
+  return f;
+}
+}  // namespace
+
+i64 lm_head_ce_workspace_floats(i64 N, i64 D, i64 V, const CeTiling& tl) {
+  return fused_plan(N, D, V, tl).workspace_floats();
+}
+
 double lm_head_ce_forward_backward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V,
                                    float grad_scale, float* lse, float* token_loss, float* dh, float* dW,
-                                   const CeTiling& tl) {
+                                   const CeTiling& tl, float* workspace, i64 workspace_floats) {
   check_args("lm_head_ce_forward_backward", targets, N, D, V, tl);
   if (N == 0) return 0.0;
-  // Whole rows per thread: threads split the rows only, each row group but the first with its own dW partial.
-  const i64 p = tl.grid_p > 0 ? std::min(tl.grid_p, N) : std::min<i64>(std::max(1, num_threads()), N);
-  if (tl.grid_q > 1 || (p - 1) * V * D > kMaxScratchFloats) {
+  const FusedPlan plan = fused_plan(N, D, V, tl);
+  if (!plan.fused) {
     const double loss = lm_head_ce_forward(h, W, targets, N, D, V, lse, token_loss, tl);
     lm_head_ce_backward(h, W, targets, lse, N, D, V, grad_scale, dh, dW, tl);
     return loss;
   }
   init_simd();
-  const i64 R = tl.fused_rows > 0 ? tl.fused_rows : std::clamp<i64>(kFusedBlockFloats / V, 8, 256);
-  const i64 ldt = V + 16;  // padded like tile_ld, so consecutive rows do not alias in L1
+  const i64 p = plan.p, R = plan.R, ldt = plan.ldt;
   const Bf16Operands b16(h, W, N, D, V);
-  thread_local std::vector<float> scratch;  // dW partials of row groups 1..p-1 ([p-1, V, D]), only grown
-  if (scratch.size() < static_cast<size_t>((p - 1) * V * D)) scratch.resize(static_cast<size_t>((p - 1) * V * D));
-  float* dW_part = scratch.data();
+  // The dW partials of row groups 1..p-1 ([p-1, V, D]), then one [R, ldt] block per row group: logits, then dlogits
+  // in place. In the caller's workspace when it is large enough, else in buffers kept per thread (only grown).
+  const bool in_workspace = workspace != nullptr && workspace_floats >= plan.workspace_floats();
+  float* dW_part = workspace;
+  if (!in_workspace) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(plan.partials_floats()))
+      scratch.resize(static_cast<size_t>(plan.partials_floats()));
+    dW_part = scratch.data();
+  }
   std::vector<double> row_loss(static_cast<size_t>(N));
 
   parallel_for_each(p, [&](i64 i) {
     const i64 r0 = split(N, i, p), r1 = split(N, i + 1, p);
-    thread_local std::vector<float> block;  // [R, ldt]: logits, then dlogits in place
-    if (block.size() < static_cast<size_t>(R * ldt)) block.resize(static_cast<size_t>(R * ldt));
+    float* block = nullptr;
+    if (in_workspace) {
+      block = workspace + plan.partials_floats() + i * R * ldt;
+    } else {
+      thread_local std::vector<float> own;
+      if (own.size() < static_cast<size_t>(R * ldt)) own.resize(static_cast<size_t>(R * ldt));
+      block = own.data();
+    }
     float* dW_dst = i == 0 ? dW : dW_part + (i - 1) * V * D;
     for (i64 rb = r0; rb < r1; rb += R) {
       const i64 rows = std::min(R, r1 - rb);
-      logits_tile(h, W, b16, rb, rows, 0, V, D, block.data(), ldt);
+      logits_tile(h, W, b16, rb, rows, 0, V, D, block, ldt);
       for (i64 r = 0; r < rows; ++r) {
-        float* row = block.data() + r * ldt;
+        float* row = block + r * ldt;
         float m = -std::numeric_limits<float>::infinity(), s = 0.f;
         HWY_DYNAMIC_DISPATCH(ce_row_lse_impl)(row, V, &m, &s);
         const double l = static_cast<double>(m) + std::log(static_cast<double>(s));
@@ -337,12 +374,12 @@ double lm_head_ce_forward_backward(const float* h, const float* W, const int32_t
       if (b16.h) {
         thread_local aligned_vector<bf16> tb;  // dlogits in bf16, dense [rows, V]
         if (tb.size() < static_cast<size_t>(R * V)) tb.resize(static_cast<size_t>(R * V));
-        round_to_bf16(block.data(), rows, V, ldt, tb.data());
+        round_to_bf16(block, rows, V, ldt, tb.data());
         matmul_bf16(false, false, rows, D, V, 1.f, tb.data(), V, b16.W, D, 0.f, dh + rb * D, D);
         matmul_bf16(true, false, V, D, rows, 1.f, tb.data(), V, b16.h + rb * D, D, beta, dW_dst, D);
       } else {
-        matmul(false, false, rows, D, V, 1.f, block.data(), ldt, W, D, 0.f, dh + rb * D, D);
-        matmul(true, false, V, D, rows, 1.f, block.data(), ldt, h + rb * D, D, beta, dW_dst, D);
+        matmul(false, false, rows, D, V, 1.f, block, ldt, W, D, 0.f, dh + rb * D, D);
+        matmul(true, false, V, D, rows, 1.f, block, ldt, h + rb * D, D, beta, dW_dst, D);
       }
     }
   });

@@ -36,8 +36,15 @@ void lm_head_ce_backward(const float* h, const float* W, const int32_t* targets,
 // dlogits in place once the rows' log-sum-exp is known: three products of N x D x V instead of the four of the
 // two calls (backward recomputes the logits). Threads split rows only (a dW partial per extra row group); when
 // those partials would pass the scratch bound, or the tiling asks for vocab groups, it makes the two calls.
+// With `workspace` (64-byte aligned, at least lm_head_ce_workspace_floats(N, D, V, tiling) floats, e.g. a region of
+// the training arena that is free while the head runs) its buffers (the dW partials and each row group's logits
+// block) go there; otherwise (null, or too small) into buffers each thread keeps, which stay resident after the call.
+// The same bits either way.
 double lm_head_ce_forward_backward(const float* h, const float* W, const int32_t* targets, i64 N, i64 D, i64 V,
                                    float grad_scale, float* lse, float* token_loss, float* dh, float* dW,
-                                   const CeTiling& tiling = {});
+                                   const CeTiling& tiling = {}, float* workspace = nullptr, i64 workspace_floats = 0);
+// The floats lm_head_ce_forward_backward's buffers take at this shape and the current thread count (0 where it makes
+// the two calls instead, whose tiles are small).
+i64 lm_head_ce_workspace_floats(i64 N, i64 D, i64 V, const CeTiling& tiling = {});
 
 }  // namespace hlm::ops
