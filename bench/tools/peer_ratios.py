@@ -36,15 +36,13 @@ def rss_mb(j):
 
 
 def gemm_peak(j):
-    """The best median GFLOP/s among the BM_Matmul shapes of a Google Benchmark JSON file."""
+    """The best median GFLOP/s among the BM_Matmul shapes of a Google Benchmark JSON file (which writes the counter
+    in FLOP/s)."""
     if j is None:
         return None
-    best = None
-    for b in j.get("benchmarks", []):
-        if b.get("aggregate_name") == "median" and "GFLOP/s" in b:
-            g = b["GFLOP/s"] / 1e9 if b["GFLOP/s"] > 1e6 else b["GFLOP/s"]
-            best = g if best is None else max(best, g)
-    return best
+    rates = [b["GFLOP/s"] / 1e9 for b in j.get("benchmarks", [])
+             if b.get("aggregate_name") == "median" and "GFLOP/s" in b]
+    return max(rates) if rates else None
 
 
 def spread(values, fmt):

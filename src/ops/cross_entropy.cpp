@@ -300,7 +300,6 @@ struct FusedPlan {
 FusedPlan fused_plan(i64 N, i64 D, i64 V, const CeTiling& tl) {
   FusedPlan f;
   f.p = tl.grid_p > 0 ? std::min(tl.grid_p, N) : std::min<i64>(std::max(1, num_threads()), N);
-  f.p = std::max<i64>(f.p, 1);
   f.partial = V * D;
   f.fused = N > 0 && tl.grid_q <= 1 && f.partials_floats() <= kMaxScratchFloats;
   f.R = tl.fused_rows > 0 ? tl.fused_rows : std::clamp<i64>(kFusedBlockFloats / V, 8, 256);
