@@ -14,7 +14,9 @@
 # (hybridlm_microbench BM_Matmul, if built), and ends with the table the targets are stated in: per preset, the
 # median and range over rounds of hybridlm's tokens/s over each peer's in the same round (torch 2.x: the better of
 # its runs), hybridlm's model GFLOP/s as a share of that round's GEMM peak, and peak RSS. Paired per round, because a
-# shared machine's speed drifts by tens of percent within minutes. Run nothing else meanwhile (2 cores).
+# shared machine's speed drifts by tens of percent within minutes. BF16=1 also runs hybridlm with `--precision bf16`
+# right after its fp32 run (CPUs with AVX512_BF16 or AMX; docs/precision.md) and adds the table's bf16 / fp32
+# column, paired per round as the rest. Run nothing else meanwhile (2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-./build/release/hybridlm}
@@ -22,6 +24,11 @@ STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} ROUNDS=${ROUNDS:-1}
 MICROBENCH=${MICROBENCH:-$(dirname "$BIN")/hybridlm_microbench}
 if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
   echo "compare_peer.sh: ROUNDS must be a positive integer, got '$ROUNDS'" >&2
+  exit 2
+fi
+BF16=${BF16:-0}
+if [[ "$BF16" != 0 && "$BF16" != 1 ]]; then
+  echo "compare_peer.sh: BF16 must be 0 or 1, got '$BF16'" >&2
   exit 2
 fi
 mkdir -p bench/results
@@ -69,6 +76,11 @@ for r in $(seq "$ROUNDS"); do
     $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps "$STEPS" --warmup "$WARMUP" ${HLM_EXTRA:-} \
       --json > "$out-hybridlm.json"
     summary "$p hybridlm" "$out-hybridlm.json"
+    if [ "$BF16" = 1 ]; then
+      $BIN bench --preset "$p" --batch 8 --seq-len 1024 --steps "$STEPS" --warmup "$WARMUP" --precision bf16 \
+        --json > "$out-hybridlm-bf16.json" && summary "$p hybridlm bf16" "$out-hybridlm-bf16.json" ||
+        { rm -f "$out-hybridlm-bf16.json"; echo "$p hybridlm --precision bf16 failed" >&2; }
+    fi
     if peer_ok "${PEER:-}"; then
       (cd "$PEER" && ./bench_tuned.sh --configs "$p" --steps "$STEPS" --warmup "$WARMUP" --prefill 1024 \
         --prefill-reps 1 --out "$OLDPWD/$out-peer.json" > /dev/null 2>&1) && summary "$p torch1.13" "$out-peer.json" ||
