@@ -19,6 +19,7 @@
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
+#include "ops/swiglu.h"
 #include "testing.h"
 
 using namespace hlm;
@@ -192,6 +193,79 @@ TEST(Bf16, LinearLayersRoundBothOperandsUnderTheScope) {
   for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx2[i], 2 * dx[i], 1e-5 * (1 + std::fabs(dx[i])));
 }
 
+// A bf16 step's SwiGLU writes its outputs rounded (ops::swiglu_*_bf16): bit for bit ops::to_bf16 of the fp32
+// kernel's outputs, ties, infinities, NaN, signed zero and subnormals included, with a row length that leaves a
+// partial vector (37), and d gate|up written over dh's own memory. No bf16 matmul is involved: runs everywhere.
+TEST(Bf16, SwigluWritesItsOutputsRoundedBitForBitAsRoundingTheFp32Ones) {
+  const i64 N = 9, F = 37;
+  auto gu = randn(static_cast<size_t>(N * 2 * F), 21, 3.0);
+  auto dh = randn(static_cast<size_t>(N * F), 22);
+  Rng r(23);
+  for (i64 i = 0; i < N * F; ++i) dh[i] *= static_cast<float>(std::exp(r.normal() * 8));  // a wide range of sizes
+  // Row 0: gate 32 (silu(32) is 32 in fp32: sigmoid rounds to 1), so h = 32 up exactly; the ups make h a tie
+  // rounding down, a tie rounding up, a negative tie, infinity, NaN, -0 and a subnormal.
+  const std::uint32_t h_bits[] = {0x3f808000u, 0x3f818000u, 0xbf818000u, 0x7f800000u, 0x7fc00000u, 0x80000000u};
+  for (i64 f = 0; f < F; ++f) gu[f] = 32.f;
+  for (size_t k = 0; k < std::size(h_bits); ++k) gu[F + k] = from_bits(h_bits[k]) / 32.f;
+  gu[F + 6] = 1e-39f / 32.f;
+  std::vector<float> h32(N * F);
+  ops::swiglu_forward(gu.data(), h32.data(), N, F);
+  for (size_t k = 0; k < std::size(h_bits); ++k)
+    ASSERT_EQ(bits(h32[k]), h_bits[k]) << "the fp32 kernel no longer gives the case the test means, lane " << k;
+  ASSERT_TRUE(std::fpclassify(h32[6]) == FP_SUBNORMAL || h32[6] == 0.f);
+  std::vector<bf16> hb(N * F, 0xdead);
+  ops::swiglu_forward_bf16(gu.data(), hb.data(), N, F);
+  EXPECT_EQ(hb, to_bf16(h32));
+  EXPECT_EQ(hb[0], 0x3f80);
+  EXPECT_EQ(hb[1], 0x3f82);
+  EXPECT_EQ(hb[2], 0xbf82);
+  EXPECT_EQ(hb[3], 0x7f80);
+  EXPECT_TRUE(std::isnan(ops::from_bf16(hb[4])));
+  EXPECT_EQ(hb[5], 0x8000);
+
+  std::vector<float> dgu32(N * 2 * F), p32(N * F);
+  ops::swiglu_backward(gu.data(), dh.data(), dgu32.data(), N, F, p32.data());
+  // Separate buffers.
+  std::vector<bf16> dgub(N * 2 * F, 0xdead), pb(N * F, 0xdead);
+  ops::swiglu_backward_bf16(gu.data(), dh.data(), dgub.data(), N, F, pb.data());
+  EXPECT_EQ(dgub, to_bf16(dgu32));
+  EXPECT_EQ(pb, to_bf16(p32));
+  EXPECT_EQ(pb, hb);  // the product again, from the backward's own pass
+  // d gate|up over dh (as the model's MLP backward does), without the product.
+  std::vector<float> dh_mem = dh;
+  auto* over = reinterpret_cast<bf16*>(dh_mem.data());
+  ops::swiglu_backward_bf16(gu.data(), dh_mem.data(), over, N, F);
+  EXPECT_EQ(std::vector<bf16>(over, over + N * 2 * F), to_bf16(dgu32));
+}
+
+// A linear layer handed operands that were rounded already (ops::linear_*_bf16) gives the bits of linear_* under
+// bf16 on the fp32 values.
+TEST(Bf16, LinearLayersOnRoundedOperandsGiveTheSameBits) {
+  SKIP_WITHOUT_BF16_MATMUL();
+  const i64 N = 45, in = 40, out = 24;
+  const auto x = randn(static_cast<size_t>(N * in), 31), W = randn(static_cast<size_t>(out * in), 32, 0.2);
+  const auto dy = randn(static_cast<size_t>(N * out), 33);
+  const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+  std::vector<float> y(N * out), dx(N * in), dW(out * in, 0.25f);
+  ops::linear_forward(x.data(), W.data(), y.data(), N, in, out);
+  ops::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), N, in, out);
+  const auto xb = to_bf16(x), dyb = to_bf16(dy);
+  std::vector<float> y2(N * out), dx2 = nan_vec(N * in), dW2(out * in, 0.25f);
+  ops::linear_forward_bf16(xb.data(), W.data(), y2.data(), N, in, out);
+  ops::linear_backward_bf16(xb.data(), W.data(), dyb.data(), dx2.data(), dW2.data(), N, in, out);
+  EXPECT_EQ(y2, y);
+  EXPECT_EQ(dx2, dx);
+  EXPECT_EQ(dW2, dW);
+  // dx alone (no x), accumulating; dW alone.
+  std::vector<float> dx3 = dx, dW3(out * in, 0.25f);
+  ops::linear_backward_bf16(nullptr, W.data(), dyb.data(), dx3.data(), nullptr, N, in, out, /*accumulate_dx=*/true);
+  std::vector<float> dx4 = dx;
+  ops::linear_backward(x.data(), W.data(), dy.data(), dx4.data(), nullptr, N, in, out, /*accumulate_dx=*/true);
+  EXPECT_EQ(dx3, dx4);
+  ops::linear_backward_bf16(xb.data(), W.data(), dyb.data(), nullptr, dW3.data(), N, in, out);
+  EXPECT_EQ(dW3, dW);
+}
+
 TEST(Bf16, LmHeadCrossEntropyMatchesFp32OnTheRoundedOperands) {
   SKIP_WITHOUT_BF16_MATMUL();
   const i64 N = 70, D = 48, V = 300;
@@ -266,6 +340,42 @@ TEST(Bf16, ModelGradientsFollowFp32WithinTheBf16Bound) {
   double again = 0;
   EXPECT_EQ(run(ops::Precision::bf16, &again), g16);
   EXPECT_EQ(again, l16);
+}
+
+// A bf16 step needs more arena than an fp32 one (the MLP backward's bf16 operand): a model planned under fp32 that
+// then steps under bf16 re-plans and gives the bits of one planned under bf16, and back.
+TEST(Bf16, ModelPlannedInFp32StepsInBf16WithTheSameBits) {
+  SKIP_WITHOUT_BF16_MATMUL();
+  const nlohmann::json j = {{"d_model", 32}, {"n_layers", 2}, {"n_heads", 4}, {"n_kv_heads", 2}, {"head_dim", 8},
+                            {"d_ff", 512}, {"vocab_size", 61}, {"max_seq_len", 64}, {"pattern", "FS"}, {"window", 5}};
+  const ModelConfig cfg = ModelConfig::from_json(j, "test");
+  const i64 B = 4, T = 64;
+  std::vector<int32_t> in(B * T), tg(B * T);
+  Rng r(12);
+  for (i64 i = 0; i < B * T; ++i) in[i] = static_cast<int32_t>(r.below(61)), tg[i] = static_cast<int32_t>(r.below(61));
+  auto step = [&](Model& m) {
+    m.zero_grad();
+    const double loss = m.forward(in.data(), tg.data(), nullptr, B, T);
+    m.backward(1.0f / (B * T));
+    return std::make_pair(loss, std::vector<float>(m.grads(), m.grads() + m.param_floats()));
+  };
+  Model fresh(cfg), replanned(cfg);
+  fresh.init(5);
+  replanned.init(5);
+  replanned.plan(B, T);  // fp32
+  const auto fp32 = step(replanned);
+  {
+    const ops::PrecisionScope bf(ops::Precision::bf16, /*allow_emulated=*/true);
+    fresh.plan(B, T);
+    const auto want = step(fresh);
+    const auto got = step(replanned);
+    EXPECT_EQ(got.first, want.first);
+    EXPECT_EQ(got.second, want.second);
+    EXPECT_NE(got.first, fp32.first);
+  }
+  const auto back = step(replanned);
+  EXPECT_EQ(back.first, fp32.first);
+  EXPECT_EQ(back.second, fp32.second);
 }
 
 #ifdef HLM_BINARY

@@ -63,8 +63,10 @@ Command register_bench(CLI::App& app) {
             mem.batch = o->batch;
             mem.seq_len = o->seq_len;
             mem.recompute = o->recompute;
+            const ops::Precision prec = ops::parse_precision(o->precision, "--precision");
+            mem.bf16 = prec == ops::Precision::bf16;
             check_memory("bench", cfg, mem, o->max_memory);
-            const ops::PrecisionScope precision(ops::parse_precision(o->precision, "--precision"));
+            const ops::PrecisionScope precision(prec);
             Model model(cfg);
             model.init(1);
             model.set_recompute(o->recompute);

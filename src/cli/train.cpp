@@ -371,6 +371,7 @@ int run_train(const CLI::App& sub, TrainOpts& o) {
   mem.batch = t.batch;
   mem.seq_len = t.seq_len;
   mem.recompute = t.recompute;
+  mem.bf16 = t.precision == ops::Precision::bf16;
   const data::Dataset ds = prepare_training_data(o, t, r, mem);
   Model model(r.cfg);
   model.init(t.seed);

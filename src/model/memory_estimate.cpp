@@ -82,8 +82,8 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryUse& use) {
   e.grads = params * 4;  // the model always holds a gradient buffer
   if (use.training) e.optimizer = 2 * params * 4;
   if (use.batch > 0 && use.seq_len > 0)
-    e.activations =
-        4.0 * static_cast<double>(training_arena_floats(shape_cfg, mixers, use.batch, use.seq_len, &repeats, use.recompute));
+    e.activations = 4.0 * static_cast<double>(training_arena_floats(shape_cfg, mixers, use.batch, use.seq_len,
+                                                                    &repeats, use.recompute, use.bf16));
   if (use.decode_rows > 0) {
     const double rows = static_cast<double>(use.decode_rows), ctx = static_cast<double>(use.decode_context);
     for (i64 l = 0; l < P; ++l) {

@@ -10,6 +10,7 @@ namespace hlm {
 struct MemoryUse {
   bool training = false;   // + AdamW moments
   bool recompute = false;  // activation recomputation per block (Model::set_recompute)
+  bool bf16 = false;       // --precision bf16: the MLP backward's bf16 operand (training_arena_floats)
   i64 batch = 0, seq_len = 0;  // rows x tokens of the activation arena (0: none)
   i64 decode_rows = 0, decode_context = 0;  // per-layer decode caches (full KV grows with the context)
   double extra_bytes = 0;  // command-specific buffers (logits, attention maps, ...)

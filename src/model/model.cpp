@@ -10,10 +10,17 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
+#include "ops/matmul_bf16.h"
+#include "ops/precision.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 
 namespace hlm {
+
+namespace {
+bool bf16_step() { return ops::precision() == ops::Precision::bf16; }
+i64 bf16_floats(i64 n) { return (n + 1) / 2; }  // floats of arena that hold n bf16 values
+}  // namespace
 
 Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
   const i64 D = cfg.d_model, F = cfg.d_ff, V = cfg.vocab_size;
@@ -66,7 +73,7 @@ void Model::init(std::uint64_t seed) {
 void Model::zero_grad() { std::fill(store_.grad.begin(), store_.grad.end(), 0.f); }
 
 i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_ptr<Mixer>>& mixers, i64 B, i64 T,
-                          const std::vector<i64>* repeats, bool recompute) {
+                          const std::vector<i64>* repeats, bool recompute, bool bf16) {
   const i64 N = B * T, D = cfg.d_model, F = cfg.d_ff;
   const i64 pad = 64;
   i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
@@ -93,7 +100,9 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   // partials and logits blocks, at this thread count), the MLP's da (its d gate|up overwrites gate|up), the largest
   // mixer scratch (forward or backward) and, with recompute, the SwiGLU product of the block rerun.
   floats += 3 * (N * D + pad);
-  floats += std::max({scratch, N * F + pad, ops::lm_head_ce_workspace_floats(N, D, cfg.vocab_size) + pad});
+  // A bf16 step's MLP keeps its bf16 product (then the rounded norm) beside da.
+  const i64 mlp = N * F + pad + (bf16 ? bf16_floats(N * std::max(F, D)) + pad : 0);
+  floats += std::max({scratch, mlp, ops::lm_head_ce_workspace_floats(N, D, cfg.vocab_size) + pad});
   return floats;
 }
 
@@ -107,13 +116,14 @@ void Model::plan(i64 B, i64 T, bool allow_longer) {
   if (T > cfg_.max_seq_len && !allow_longer)
     fail("sequence length {} is over the model's limit max_seq_len = {} (raise it with --set max_seq_len=N)", T,
          cfg_.max_seq_len);
-  if (B == plan_B_ && T == plan_T_ && arena_.capacity() > 0) return;
-  const i64 floats = training_arena_floats(cfg_, mixers_, B, T, nullptr, recompute_);
+  if (B == plan_B_ && T == plan_T_ && bf16_step() == plan_bf16_ && arena_.capacity() > 0) return;
+  const i64 floats = training_arena_floats(cfg_, mixers_, B, T, nullptr, recompute_, bf16_step());
   // Grow only: evaluation at another shape between training steps must not re-fault the arena.
   if (arena_.capacity() < static_cast<std::size_t>(floats) * sizeof(float))
     arena_.reserve(static_cast<std::size_t>(floats) * sizeof(float));
   plan_B_ = B;
   plan_T_ = T;
+  plan_bf16_ = bf16_step();
 }
 
 void Model::check(const char* what, i64 layer, const float* p, i64 n) const {
@@ -150,9 +160,16 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   // The SwiGLU product is transient: backward recomputes it from gu (one elementwise pass) instead of keeping
   // N*F floats per layer.
   const auto act_mark = arena_.mark();
-  float* act = arena_.floats(N * F, "mlp act");
-  ops::swiglu_forward(a.gu, act, N, F);
-  ops::linear_forward(act, params() + o.w_down, out, N, F, D);
+  if (bf16_step()) {
+    // The down projection reads the product in bf16: SwiGLU writes it rounded (half the bytes, no rounding pass).
+    auto* act = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * F), "mlp act (bf16)"));
+    ops::swiglu_forward_bf16(a.gu, act, N, F);
+    ops::linear_forward_bf16(act, params() + o.w_down, out, N, F, D);
+  } else {
+    float* act = arena_.floats(N * F, "mlp act");
+    ops::swiglu_forward(a.gu, act, N, F);
+    ops::linear_forward(act, params() + o.w_down, out, N, F, D);
+  }
   arena_.release_to(act_mark);
   check("mlp output", l, out, N * D);
   for (i64 i = 0; i < N * D; ++i) out[i] += a.h[i];
@@ -164,8 +181,30 @@ void Model::recompute_norm(const float* x, i64 w_offset, float* rstd, float* out
   ops::rmsnorm_forward(x, params() + w_offset, out, rstd, B_ * T_, cfg_.d_model, static_cast<float>(cfg_.norm_eps));
 }
 
+// The MLP backward of a bf16 step: its matmuls read bf16 operands, so the kernels that make them write them
+// rounded (ops::swiglu_backward_bf16) and the block's d output is rounded once for the two products that read it.
+// The same bits as the fp32-buffer path under bf16 (each operand is rounded from the same fp32 values), in less
+// memory traffic. dx (d output) and da (N*F floats) are the caller's; dn gets d norm2(h); dtmp is free throughout.
+void Model::mlp_backward_bf16(i64 l, const float* dx, float* da, float* dn, float* dtmp) {
+  const i64 N = B_ * T_, D = cfg_.d_model, F = cfg_.d_ff;
+  const LayerActs& a = acts_[l];
+  const LayerOffsets& o = lo_[l];
+  auto* dxb = reinterpret_cast<ops::bf16*>(dtmp);  // N*D bf16 in dtmp's N*D floats, free until the norm below
+  ops::round_to_bf16(dx, N, D, D, dxb);
+  ops::linear_backward_bf16(nullptr, params() + o.w_down, dxb, da, nullptr, N, F, D);  // d act
+  // d gate|up over d act (a bf16 row of it is an fp32 row of da), and the product silu(gate) * up, rounded.
+  auto* dgub = reinterpret_cast<ops::bf16*>(da);
+  auto* xb = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * std::max(F, D)), "mlp operand (bf16)"));
+  ops::swiglu_backward_bf16(a.gu, da, dgub, N, F, xb);
+  ops::linear_backward_bf16(xb, params() + o.w_down, dxb, nullptr, grads() + o.w_down, N, F, D);
+  // norm2(h) again, rounded into xb (the product is read), for the gate|up weight gradient.
+  recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
+  ops::round_to_bf16(dtmp, N, D, D, xb);
+  ops::linear_backward_bf16(xb, params() + o.w_gate_up, dgub, dn, grads() + o.w_gate_up, N, D, 2 * F);
+}
+
 void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T) {
-  if (B != plan_B_ || T != plan_T_) plan(B, T, T > cfg_.max_seq_len);
+  if (B != plan_B_ || T != plan_T_ || bf16_step() != plan_bf16_) plan(B, T, T > cfg_.max_seq_len);
   arena_.reset();
   const i64 N = B * T, D = cfg_.d_model;
   const float eps = static_cast<float>(cfg_.norm_eps);
@@ -294,12 +333,16 @@ void Model::backward_below_head(const BackwardBuffers& g) {
     // out = h + down(swiglu(gate_up(norm2(h))))
     // d act first; the SwiGLU backward then writes d gate|up over gate|up and the product silu(gate) * up
     // over d act (in place: each element is read before it is overwritten), for the down_proj weight gradient.
-    ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
-    ops::swiglu_backward(a.gu, da, dgu, N, F, da);
-    ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
-    // norm2(h) again into dtmp (free until the norm's backward writes it).
-    recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
-    ops::linear_backward(dtmp, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
+    if (bf16_step()) {
+      mlp_backward_bf16(l, dx, da, dn, dtmp);
+    } else {
+      ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
+      ops::swiglu_backward(a.gu, da, dgu, N, F, da);
+      ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
+      // norm2(h) again into dtmp (free until the norm's backward writes it).
+      recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
+      ops::linear_backward(dtmp, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
+    }
     arena_.release_to(mlp_mark);
     ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dtmp, grads() + o.ln2, N, D);
     for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];  // dx is now d h

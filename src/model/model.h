@@ -35,8 +35,9 @@ struct DecodeState {
 // memory estimate (model/memory_estimate.h) uses it before any model is built, with one mixer per pattern
 // position standing for `(*repeats)[i]` layers each. With `recompute`, forward keeps only each block's input
 // and backward recomputes one block at a time (Model::set_recompute).
+// bf16: the arena of a bf16 step (ops::precision()), whose MLP backward keeps a bf16 operand beside d act.
 i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_ptr<Mixer>>& mixers, i64 B, i64 T,
-                          const std::vector<i64>* repeats = nullptr, bool recompute = false);
+                          const std::vector<i64>* repeats = nullptr, bool recompute = false, bool bf16 = false);
 
 class Model {
  public:
@@ -114,6 +115,7 @@ class Model {
   float* block_forward(i64 l, float* x, float* out, const SeqInfo& s);
   // out = RMSNorm(x) with the weights at w_offset, as block_forward computed it (bitwise).
   void recompute_norm(const float* x, i64 w_offset, float* rstd, float* out);
+  void mlp_backward_bf16(i64 l, const float* dx, float* da, float* dn, float* dtmp);
   void check(const char* what, i64 layer, const float* p, i64 n) const;
 
   ModelConfig cfg_;
@@ -128,6 +130,7 @@ class Model {
 
   Arena arena_, infer_arena_;
   i64 plan_B_ = 0, plan_T_ = 0;
+  bool plan_bf16_ = false;  // the precision the arena was sized for
   bool check_numerics_ = false, recompute_ = false;
   // Saved activations of the last forward.
   struct LayerActs {

@@ -53,11 +53,25 @@ const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot) {
 }
 }  // namespace
 
+void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out) {
+  HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_forward_bf16: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
+  if (N > 0) matmul_bf16(false, true, N, out, in, 1.f, xb, in, rounded(W, out, in, kSlotW), in, 0.f, y, out);
+}
+
+void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
+                          i64 out, bool accumulate_dx) {
+  HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_backward_bf16: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
+  if (N == 0) return;
+  if (dx)
+    matmul_bf16(false, false, N, in, out, 1.f, dyb, out, rounded(W, out, in, kSlotW), in, accumulate_dx ? 1.f : 0.f,
+                dx, in);
+  if (dW) matmul_bf16(true, false, out, in, N, 1.f, dyb, out, xb, in, 1.f, dW, in);
+}
+
 void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_forward: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
   if (precision() == Precision::bf16 && N > 0) {
-    matmul_bf16(false, true, N, out, in, 1.f, rounded(x, N, in, kSlotX), in, rounded(W, out, in, kSlotW), in, 0.f,
-                y, out);
+    linear_forward_bf16(rounded(x, N, in, kSlotX), W, y, N, in, out);
     return;
   }
   // y[N,out] = x[N,in] W[out,in]^T
@@ -68,16 +82,13 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
                      i64 out, bool accumulate_dx) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_backward: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
   if (precision() == Precision::bf16 && N > 0) {
-    const bf16* dyb = rounded(dy, N, out, kSlotDy);
-    if (dx)
-      matmul_bf16(false, false, N, in, out, 1.f, dyb, out, rounded(W, out, in, kSlotW), in, accumulate_dx ? 1.f : 0.f,
-                  dx, in);
-    if (dW) matmul_bf16(true, false, out, in, N, 1.f, dyb, out, rounded(x, N, in, kSlotX), in, 1.f, dW, in);
+    linear_backward_bf16(dW ? rounded(x, N, in, kSlotX) : nullptr, W, rounded(dy, N, out, kSlotDy), dx, dW, N, in, out,
+                         accumulate_dx);
     return;
   }
-  // dx[N,in] = dy[N,out] W[out,in]
+  // dx[N,in] = dy[N,out] W
   if (dx) matmul(false, false, N, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  // dW[out,in] += dy[N,out]^T x[N,in]
+  // dW[out,in] += dy[N,out]^T x
   if (dW) matmul(true, false, out, in, N, 1.f, dy, out, x, in, 1.f, dW, in);
 }
 

@@ -3,6 +3,8 @@
 // Row-major everywhere. Weights follow nn.Linear: W is [out, in], y = x W^T.
 // linear_forward / linear_backward follow ops::precision() (ops/precision.h): under bf16 their operands are
 // rounded to bf16 and multiplied by ops::matmul_bf16 with fp32 accumulation; `matmul` itself is always fp32.
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace hlm::ops {
@@ -22,5 +24,15 @@ void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64
 // dW[out,in] += dy^T x    (parameter gradients accumulate)
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, i64 N,
                      i64 in, i64 out, bool accumulate_dx = false);
+
+// The same under bf16 with activations a kernel already wrote rounded (dense rows, ops::to_bf16, e.g. by
+// ops::swiglu_forward_bf16): xb stands for x, dyb for dy. Bit for bit what linear_* give under bf16 for the fp32
+// values they were rounded from. Call only when ops::precision() is bf16.
+using bf16 = std::uint16_t;
+void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out);
+// dx from dyb when dx is given (xb may be null then); dW from xb and dyb when dW is given. A caller rounds an fp32
+// operand itself with ops::round_to_bf16 (ops/matmul_bf16.h), e.g. once for a dy that feeds two calls.
+void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
+                          i64 out, bool accumulate_dx = false);
 
 }  // namespace hlm::ops

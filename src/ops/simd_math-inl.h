@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 HWY_BEFORE_NAMESPACE();
 namespace hlm::ops::HWY_NAMESPACE {
@@ -152,6 +153,31 @@ HWY_INLINE void axpy_row(D d, T a, const T* x, T* y, int64_t n) {
   for_each_vector(d, n, [&](int64_t i, size_t c) {
     store_part(d, hn::MulAdd(av, load_part(d, x + i, c), load_part(d, y + i, c)), y + i, c);
   });
+}
+
+// Stores the first `count` lanes of v to p as bf16, rounded exactly as ops::to_bf16 (nearest, ties to even; a NaN
+// stays a NaN), so a kernel that writes a bf16 step's matmul operand directly gives the bits that rounding its
+// fp32 output afterwards would. A partial tail goes through a buffer: 16-bit masked stores are not native on
+// every target.
+template <class D>
+HWY_INLINE void store_bf16_part(D d, hn::Vec<D> v, uint16_t* p, size_t count) {
+  static_assert(std::is_same_v<hn::TFromD<D>, float>);
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), lsb)));
+  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+  const auto bits = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet_nan, rounded);
+  const auto half = hn::DemoteTo(d16, hn::BitCast(di, bits));  // every value is below 2^16: no saturation
+  if (count == hn::Lanes(d)) {
+    hn::StoreU(half, d16, p);
+  } else {
+    uint16_t buf[HWY_MAX_BYTES / sizeof(float)];
+    hn::StoreU(half, d16, buf);
+    for (size_t i = 0; i < count; ++i) p[i] = buf[i];
+  }
 }
 
 }  // namespace hlm::ops::HWY_NAMESPACE

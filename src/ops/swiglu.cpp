@@ -2,9 +2,13 @@
 // (docs/performance.md), like the attention kernels.
 #include "ops/swiglu.h"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/simd_target.h"
+#include "ops/thread_scratch.h"
 
 #include "core/simd_config.h"  // before any Highway header
 
@@ -21,44 +25,67 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) {
+// A kernel's output lane store: fp32 as computed, or rounded to bf16 for a bf16 step's matmul (the same bits as
+// rounding the fp32 output afterwards).
+HWY_INLINE void store_out(DF d, VF v, float* p, size_t c) { store_part(d, v, p, c); }
+HWY_INLINE void store_out(DF d, VF v, uint16_t* p, size_t c) { store_bf16_part(d, v, p, c); }
+
+template <typename Out>
+void forward(const float* gu, Out* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     for (i64 n = b; n < e; ++n) {
       const float* g = gu + n * 2 * F;  // [F] gate
       const float* u = g + F;           // [F] up
-      float* hr = h + n * F;            // [F]
+      Out* hr = h + n * F;              // [F]
       for_each_vector(d, F, [&](i64 f, size_t c) {
         const VF gv = load_part(d, g + f, c);
-        store_part(d, hn::Mul(hn::Mul(gv, logistic(d, gv)), load_part(d, u + f, c)), hr + f, c);
+        store_out(d, hn::Mul(hn::Mul(gv, logistic(d, gv)), load_part(d, u + f, c)), hr + f, c);
       });
     }
   }, 16);
 }
 
-void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, float* h, i64 N, i64 F) {
+// Out = bf16: a row of dgu takes exactly the bytes of a row of dh, so dgu may sit in dh's memory; dh's row is
+// copied first (its second half is overwritten by d up before the loop reaches it).
+template <typename Out>
+void backward(const float* gu, const float* dh, Out* dgu, Out* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     const VF one = hn::Set(d, 1.f);
+    float* dh_copy = std::is_same_v<Out, float> ? nullptr : thread_scratch<float>(0, F);
     for (i64 n = b; n < e; ++n) {
       const float* g = gu + n * 2 * F;
       const float* u = g + F;
       const float* dr = dh + n * F;
-      float* dg = dgu + n * 2 * F;  // [F] d gate
-      float* du = dg + F;           // [F] d up
-      float* hr = h ? h + n * F : nullptr;
+      if (dh_copy) {
+        std::copy(dr, dr + F, dh_copy);
+        dr = dh_copy;
+      }
+      Out* dg = dgu + n * 2 * F;  // [F] d gate
+      Out* du = dg + F;           // [F] d up
+      Out* hr = h ? h + n * F : nullptr;
       for_each_vector(d, F, [&](i64 f, size_t c) {
         const VF gv = load_part(d, g + f, c), uv = load_part(d, u + f, c), dv = load_part(d, dr + f, c);
         const VF s = logistic(d, gv);
         // d silu / dg = s * (1 + g * (1 - s))
         const VF dsilu = hn::Mul(s, hn::MulAdd(gv, hn::Sub(one, s), one));
-        store_part(d, hn::Mul(hn::Mul(dv, uv), dsilu), dg + f, c);
+        store_out(d, hn::Mul(hn::Mul(dv, uv), dsilu), dg + f, c);
         const VF silu = hn::Mul(gv, s);
-        store_part(d, hn::Mul(dv, silu), du + f, c);
-        if (hr) store_part(d, hn::Mul(silu, uv), hr + f, c);  // after dv was loaded: h may alias dh
+        store_out(d, hn::Mul(dv, silu), du + f, c);
+        if (hr) store_out(d, hn::Mul(silu, uv), hr + f, c);  // after dv was loaded: h may alias dh
       });
     }
   }, 16);
+}
+
+void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) { forward(gu, h, N, F); }
+void swiglu_forward_bf16_impl(const float* gu, uint16_t* h, i64 N, i64 F) { forward(gu, h, N, F); }
+void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, float* h, i64 N, i64 F) {
+  backward(gu, dh, dgu, h, N, F);
+}
+void swiglu_backward_bf16_impl(const float* gu, const float* dh, uint16_t* dgu, uint16_t* h, i64 N, i64 F) {
+  backward(gu, dh, dgu, h, N, F);
 }
 
 }  // namespace hlm::ops::HWY_NAMESPACE
@@ -69,17 +96,35 @@ namespace hlm::ops {
 
 HWY_EXPORT(swiglu_forward_impl);
 HWY_EXPORT(swiglu_backward_impl);
+HWY_EXPORT(swiglu_forward_bf16_impl);
+HWY_EXPORT(swiglu_backward_bf16_impl);
+
+namespace {
+// The shape check every entry makes (`h` names the [N, F] operand), then the SIMD target's set-up.
+void check_shape(const char* op, const char* h, i64 N, i64 F) {
+  HLM_CHECK(N >= 0 && F > 0, "{}: bad shape gu[{}, {}] {}[{}, {}]", op, N, 2 * F, h, N, F);
+  init_simd();
+}
+}  // namespace
 
 void swiglu_forward(const float* gu, float* h, i64 N, i64 F) {
-  HLM_CHECK(N >= 0 && F > 0, "swiglu_forward: bad shape gu[{}, {}] h[{}, {}]", N, 2 * F, N, F);
-  init_simd();
+  check_shape("swiglu_forward", "h", N, F);
   HWY_DYNAMIC_DISPATCH(swiglu_forward_impl)(gu, h, N, F);
 }
 
 void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F, float* h) {
-  HLM_CHECK(N >= 0 && F > 0, "swiglu_backward: bad shape gu[{}, {}] dh[{}, {}]", N, 2 * F, N, F);
-  init_simd();
+  check_shape("swiglu_backward", "dh", N, F);
   HWY_DYNAMIC_DISPATCH(swiglu_backward_impl)(gu, dh, dgu, h, N, F);
+}
+
+void swiglu_forward_bf16(const float* gu, bf16* h, i64 N, i64 F) {
+  check_shape("swiglu_forward_bf16", "h", N, F);
+  HWY_DYNAMIC_DISPATCH(swiglu_forward_bf16_impl)(gu, h, N, F);
+}
+
+void swiglu_backward_bf16(const float* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h) {
+  check_shape("swiglu_backward_bf16", "dh", N, F);
+  HWY_DYNAMIC_DISPATCH(swiglu_backward_bf16_impl)(gu, dh, dgu, h, N, F);
 }
 
 }  // namespace hlm::ops

@@ -1,4 +1,6 @@
 #pragma once
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace hlm::ops {
@@ -10,5 +12,12 @@ void swiglu_forward(const float* gu, float* h, i64 N, i64 F);
 // h[N,F] = silu(gate) * up (training keeps gu, not h: docs/memory.md). In place is allowed: dgu may alias gu
 // and h may alias dh (each element is read before the ones at its index are written).
 void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F, float* h = nullptr);
+
+// The bf16 step's variants (docs/precision.md): the same values written rounded to bf16 (ops::to_bf16, bit for
+// bit), for the projections that read them, so the fp32 outputs are never stored and rounded in a second pass.
+// dgu may take dh's memory (a bf16 row of dgu is exactly the bytes of an fp32 row of dh); h must not alias.
+using bf16 = std::uint16_t;
+void swiglu_forward_bf16(const float* gu, bf16* h, i64 N, i64 F);
+void swiglu_backward_bf16(const float* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h = nullptr);
 
 }  // namespace hlm::ops
