@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
+#include "ops/matmul_bf16.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/small_gemm.h"
@@ -323,6 +325,70 @@ TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
   ops::swiglu_backward(gu3.data(), dh3.data(), gu3.data(), N, F, dh3.data());
   EXPECT_EQ(gu3, dgu);
   EXPECT_EQ(dh3, dh2);
+}
+
+namespace {
+std::uint32_t float_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+float bits_float(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+std::vector<ops::bf16> rounded_bf16(const std::vector<float>& x) {
+  std::vector<ops::bf16> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = ops::to_bf16(x[i]);
+  return r;
+}
+}  // namespace
+
+// A bf16 step's SwiGLU writes its outputs rounded (ops::swiglu_*_bf16): bit for bit ops::to_bf16 of the fp32
+// kernel's outputs, ties, infinities, NaN, signed zero and subnormals included, with a row length that leaves a
+// partial vector (37), and d gate|up written over dh's own memory. No bf16 matmul is involved: runs on every
+// target (the SwiGLU suite also runs on the fallback and on arm64).
+TEST(SwiGLU, Bf16OutputsAreTheFp32OutputsRoundedBitForBit) {
+  const i64 N = 9, F = 37;
+  auto gu = randn(N * 2 * F, 21, 3.0);
+  auto dh = randn(N * F, 22);
+  Rng r(23);
+  for (i64 i = 0; i < N * F; ++i) dh[i] *= static_cast<float>(std::exp(r.normal() * 8));  // a wide range of sizes
+  // Row 0: gate 32 (silu(32) is 32 in fp32: sigmoid rounds to 1), so h = 32 up exactly; the ups make h a tie
+  // rounding down, a tie rounding up, a negative tie, infinity, NaN, -0 and a subnormal.
+  const std::uint32_t h_bits[] = {0x3f808000u, 0x3f818000u, 0xbf818000u, 0x7f800000u, 0x7fc00000u, 0x80000000u};
+  for (i64 f = 0; f < F; ++f) gu[f] = 32.f;
+  for (size_t k = 0; k < std::size(h_bits); ++k) gu[F + k] = bits_float(h_bits[k]) / 32.f;
+  gu[F + 6] = 1e-39f / 32.f;
+  std::vector<float> h32(N * F);
+  ops::swiglu_forward(gu.data(), h32.data(), N, F);
+  for (size_t k = 0; k < std::size(h_bits); ++k)
+    ASSERT_EQ(float_bits(h32[k]), h_bits[k]) << "the fp32 kernel no longer gives the case the test means, lane " << k;
+  ASSERT_TRUE(std::fpclassify(h32[6]) == FP_SUBNORMAL || h32[6] == 0.f);
+  std::vector<ops::bf16> hb(N * F, 0xdead);
+  ops::swiglu_forward_bf16(gu.data(), hb.data(), N, F);
+  EXPECT_EQ(hb, rounded_bf16(h32));
+  EXPECT_EQ(hb[0], 0x3f80);
+  EXPECT_EQ(hb[1], 0x3f82);
+  EXPECT_EQ(hb[2], 0xbf82);
+  EXPECT_EQ(hb[3], 0x7f80);
+  EXPECT_TRUE(std::isnan(ops::from_bf16(hb[4])));
+  EXPECT_EQ(hb[5], 0x8000);
+
+  std::vector<float> dgu32(N * 2 * F), p32(N * F);
+  ops::swiglu_backward(gu.data(), dh.data(), dgu32.data(), N, F, p32.data());
+  // Separate buffers.
+  std::vector<ops::bf16> dgub(N * 2 * F, 0xdead), pb(N * F, 0xdead);
+  ops::swiglu_backward_bf16(gu.data(), dh.data(), dgub.data(), N, F, pb.data());
+  EXPECT_EQ(dgub, rounded_bf16(dgu32));
+  EXPECT_EQ(pb, rounded_bf16(p32));
+  EXPECT_EQ(pb, hb);  // the product again, from the backward's own pass
+  // d gate|up over dh (as the model's MLP backward does), without the product.
+  std::vector<float> dh_mem = dh;
+  auto* over = reinterpret_cast<ops::bf16*>(dh_mem.data());
+  ops::swiglu_backward_bf16(gu.data(), dh_mem.data(), over, N, F);
+  EXPECT_EQ(std::vector<ops::bf16>(over, over + N * 2 * F), rounded_bf16(dgu32));
 }
 
 // -------------------------------------------- rope -------------------------------------------------
