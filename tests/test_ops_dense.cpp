@@ -16,7 +16,6 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
-#include "ops/matmul_bf16.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/small_gemm.h"
@@ -327,24 +326,6 @@ TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
   EXPECT_EQ(dh3, dh2);
 }
 
-namespace {
-std::uint32_t float_bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float bits_float(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-std::vector<ops::bf16> rounded_bf16(const std::vector<float>& x) {
-  std::vector<ops::bf16> r(x.size());
-  for (size_t i = 0; i < x.size(); ++i) r[i] = ops::to_bf16(x[i]);
-  return r;
-}
-}  // namespace
-
 // A bf16 step's SwiGLU writes its outputs rounded (ops::swiglu_*_bf16): bit for bit ops::to_bf16 of the fp32
 // kernel's outputs, ties, infinities, NaN, signed zero and subnormals included, with a row length that leaves a
 // partial vector (37), and d gate|up written over dh's own memory. No bf16 matmul is involved: runs on every
@@ -368,7 +349,7 @@ TEST(SwiGLU, Bf16OutputsAreTheFp32OutputsRoundedBitForBit) {
   ASSERT_TRUE(std::fpclassify(h32[6]) == FP_SUBNORMAL || h32[6] == 0.f);
   std::vector<ops::bf16> hb(N * F, 0xdead);
   ops::swiglu_forward_bf16(gu.data(), hb.data(), N, F);
-  EXPECT_EQ(hb, rounded_bf16(h32));
+  EXPECT_EQ(hb, bf16_rounded(h32));
   EXPECT_EQ(hb[0], 0x3f80);
   EXPECT_EQ(hb[1], 0x3f82);
   EXPECT_EQ(hb[2], 0xbf82);
@@ -381,14 +362,14 @@ TEST(SwiGLU, Bf16OutputsAreTheFp32OutputsRoundedBitForBit) {
   // Separate buffers.
   std::vector<ops::bf16> dgub(N * 2 * F, 0xdead), pb(N * F, 0xdead);
   ops::swiglu_backward_bf16(gu.data(), dh.data(), dgub.data(), N, F, pb.data());
-  EXPECT_EQ(dgub, rounded_bf16(dgu32));
-  EXPECT_EQ(pb, rounded_bf16(p32));
+  EXPECT_EQ(dgub, bf16_rounded(dgu32));
+  EXPECT_EQ(pb, bf16_rounded(p32));
   EXPECT_EQ(pb, hb);  // the product again, from the backward's own pass
   // d gate|up over dh (as the model's MLP backward does), without the product.
   std::vector<float> dh_mem = dh;
   auto* over = reinterpret_cast<ops::bf16*>(dh_mem.data());
   ops::swiglu_backward_bf16(gu.data(), dh_mem.data(), over, N, F);
-  EXPECT_EQ(std::vector<ops::bf16>(over, over + N * 2 * F), rounded_bf16(dgu32));
+  EXPECT_EQ(std::vector<ops::bf16>(over, over + N * 2 * F), bf16_rounded(dgu32));
 }
 
 // -------------------------------------------- rope -------------------------------------------------

@@ -32,21 +32,6 @@ std::vector<float> rounded(const std::vector<float>& x) {
   for (size_t i = 0; i < x.size(); ++i) r[i] = ops::from_bf16(ops::to_bf16(x[i]));
   return r;
 }
-std::vector<bf16> to_bf16(const std::vector<float>& x) {
-  std::vector<bf16> r(x.size());
-  for (size_t i = 0; i < x.size(); ++i) r[i] = ops::to_bf16(x[i]);
-  return r;
-}
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 #define SKIP_WITHOUT_BF16_MATMUL()                                                            \
   if (!ops::bf16_matmul_available()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (" \
@@ -76,20 +61,20 @@ std::vector<float> dense(const std::vector<float>& C, i64 M, i64 N, i64 ldc) {
 
 TEST(Bf16, RoundingIsToNearestEvenAndKeepsSpecialValues) {
   EXPECT_EQ(ops::to_bf16(1.0f), 0x3f80);
-  EXPECT_EQ(ops::to_bf16(from_bits(0x3f808000u)), 0x3f80);  // tie, 0x3f80 even: down
-  EXPECT_EQ(ops::to_bf16(from_bits(0x3f818000u)), 0x3f82);  // tie, 0x3f81 odd: up
-  EXPECT_EQ(ops::to_bf16(from_bits(0x3f808001u)), 0x3f81);  // just above the tie: up
+  EXPECT_EQ(ops::to_bf16(bits_float(0x3f808000u)), 0x3f80);  // tie, 0x3f80 even: down
+  EXPECT_EQ(ops::to_bf16(bits_float(0x3f818000u)), 0x3f82);  // tie, 0x3f81 odd: up
+  EXPECT_EQ(ops::to_bf16(bits_float(0x3f808001u)), 0x3f81);  // just above the tie: up
   EXPECT_EQ(ops::to_bf16(-0.0f), 0x8000);
   EXPECT_EQ(ops::to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
-  EXPECT_EQ(ops::to_bf16(from_bits(0x7f7fffffu)), 0x7f80);  // fp32 max rounds up to infinity
+  EXPECT_EQ(ops::to_bf16(bits_float(0x7f7fffffu)), 0x7f80);  // fp32 max rounds up to infinity
   EXPECT_TRUE(std::isnan(ops::from_bf16(ops::to_bf16(std::numeric_limits<float>::quiet_NaN()))));
-  EXPECT_TRUE(std::isnan(ops::from_bf16(ops::to_bf16(from_bits(0x7f800001u)))));  // a NaN whose top half is inf
+  EXPECT_TRUE(std::isnan(ops::from_bf16(ops::to_bf16(bits_float(0x7f800001u)))));  // a NaN whose top half is inf
   // Every rounding is to the nearer of the two neighbouring bf16 values: |x - bf16(x)| <= 2^-8 |x|.
   Rng r(3);
   for (int i = 0; i < 100000; ++i) {
     const float x = static_cast<float>(r.normal() * std::exp(r.normal() * 10));
     const float y = ops::from_bf16(ops::to_bf16(x));
-    const float lo = from_bits(bits(x) & 0xffff0000u), hi = from_bits((bits(x) & 0xffff0000u) + 0x10000u);
+    const float lo = bits_float(float_bits(x) & 0xffff0000u), hi = bits_float((float_bits(x) & 0xffff0000u) + 0x10000u);
     ASSERT_LE(std::fabs(double(y) - x), std::fabs(double(x) - (std::fabs(double(x) - lo) <= std::fabs(double(x) - hi) ? lo : hi)) + 0.0)
         << x;
     ASSERT_LE(std::fabs(double(y) - x), kBf16UnitRoundoff * std::fabs(double(x))) << x;
@@ -140,7 +125,7 @@ TEST(Bf16, MatmulMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
   expect_bf16_product_in_every_layout(
       [](bool ta, bool tb, i64 M, i64 N, i64 K, float alpha, const std::vector<float>& A, i64 lda,
          const std::vector<float>& B, i64 ldb, float beta, float* C, i64 ldc) {
-        ops::matmul_bf16(ta, tb, M, N, K, alpha, to_bf16(A).data(), lda, to_bf16(B).data(), ldb, beta, C, ldc);
+        ops::matmul_bf16(ta, tb, M, N, K, alpha, bf16_rounded(A).data(), lda, bf16_rounded(B).data(), ldb, beta, C, ldc);
       },
       0.75f);
 }
@@ -203,7 +188,7 @@ TEST(Bf16, LinearLayersOnRoundedOperandsGiveTheSameBits) {
   std::vector<float> y(N * out), dx(N * in), dW(out * in, 0.25f);
   ops::linear_forward(x.data(), W.data(), y.data(), N, in, out);
   ops::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), N, in, out);
-  const auto xb = to_bf16(x), dyb = to_bf16(dy);
+  const auto xb = bf16_rounded(x), dyb = bf16_rounded(dy);
   std::vector<float> y2(N * out), dx2 = nan_vec(N * in), dW2(out * in, 0.25f);
   ops::linear_forward_bf16(xb.data(), W.data(), y2.data(), N, in, out);
   ops::linear_backward_bf16(xb.data(), W.data(), dyb.data(), dx2.data(), dW2.data(), N, in, out);

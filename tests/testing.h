@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <limits>
@@ -15,12 +17,32 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/bf16_pairs.h"
+#include "ops/matmul_bf16.h"
 #include "ops/precision.h"
 
 namespace hlm::testing {
 
 inline std::vector<float> nan_vec(size_t n) {
   return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+}
+
+// The bit pattern of a float, and the float of a bit pattern.
+inline std::uint32_t float_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+inline float bits_float(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// Each element rounded by ops::to_bf16 (the reference for kernels that write bf16).
+inline std::vector<ops::bf16> bf16_rounded(const std::vector<float>& x) {
+  std::vector<ops::bf16> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = ops::to_bf16(x[i]);
+  return r;
 }
 
 inline std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
