@@ -7,6 +7,7 @@
 // Every operand is 64-byte aligned, as the engine's arena and buffers are: oneDNN's AMX kernels run up to 1.9x slower
 // on a product whose output rows start 16 bytes off a cache line (where malloc puts large blocks).
 #include <benchmark/benchmark.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
+#include "ops/matmul_primitive.h"
 #include "ops/precision.h"
 #include "ops/small_gemm.h"
 
@@ -61,6 +63,32 @@ BENCHMARK(BM_Matmul)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Name("BM_MatmulStudySmall");
+
+// The forward products with a narrow output (ops::narrow_forward_product) at the bench config's shapes, and a wide
+// one for contrast, through dnnl_sgemm (path 0) and through oneDNN's fp32 matmul primitive (path 1), side by side
+// whatever ops::matmul picks on this CPU. Args: path, M, N, K (y[M,N] = x[M,K] W[N,K]^T).
+void BM_NarrowForward(benchmark::State& st) {
+  const i64 M = st.range(1), N = st.range(2), K = st.range(3);
+  auto A = randn(M * K, 1, 1.0), B = randn(N * K, 2, 1.0);
+  hlm::aligned_vector<float> C(M * N);
+  for (auto _ : st) {
+    if (st.range(0) == 0)
+      dnnl_sgemm('N', 'T', M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, C.data(), N);
+    else
+      hlm::ops::matmul_primitive("BM_NarrowForward", hlm::ops::MatmulType::f32, false, true, M, N, K, 1.f, A.data(),
+                                 K, B.data(), K, 0.f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_gflops(st, 2.0 * M * N * K);
+  if (st.range(0) == 1) st.SetLabel(hlm::ops::matmul_primitive_impl(hlm::ops::MatmulType::f32, false, true, M, N, K));
+}
+BENCHMARK(BM_NarrowForward)
+    ->ArgNames({"path", "M", "N", "K"})
+    ->ArgsProduct({{0, 1}, {8192}, {256}, {256, 512, 768}})
+    ->Args({0, 8192, 1536, 256})
+    ->Args({1, 8192, 1536, 256})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 // The chunked scans' products at the small study's heads (chunk 64, head_dim 32; Mamba-2's d_state 64): thousands of
 // these per step, each too small for the GEMM to reach its peak (compare with BM_MatmulStudySmall).
 BENCHMARK(BM_Matmul)

@@ -1,14 +1,17 @@
 // Dense ops (matmul, linear, embedding, rmsnorm, swiglu, rope, fused LM-head cross-entropy) against
 // plain double references, plus central finite-difference gradient checks.
 #include <gtest/gtest.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <omp.h>
 
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/aligned.h"
@@ -67,6 +70,36 @@ TEST(Matmul, AllTransposeCombinationsWithStridesMatchDoubleReference) {
         for (i64 i = 0; i < M; ++i)
           for (i64 j = N; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], 123.f);
       }
+}
+
+// The forward products with a narrow output go to oneDNN's matmul primitive instead of dnnl_sgemm (ops/matmul.h):
+// which shapes, and that path against the double reference with row strides, alpha, beta 0 over NaN and beta 0.5.
+// Bound: a dot product of K terms plus the alpha and beta roundings (docs/testing.md).
+TEST(Matmul, NarrowForwardProductsOnThePrimitiveMatchDoubleReference) {
+  // Only where oneDNN runs AVX-512, and not under HLM_SGEMM_ONLY=1.
+  const char* only = std::getenv("HLM_SGEMM_ONLY");
+  const unsigned isa = dnnl_get_effective_cpu_isa(), avx512 = dnnl_cpu_isa_avx512_core;
+  const bool on = (isa & avx512) == avx512 && !(only && std::string(only) == "1");
+  EXPECT_EQ(ops::narrow_forward_product(false, true, 8192, 256, 768), on);  // MLP down projection
+  EXPECT_EQ(ops::narrow_forward_product(false, true, 8192, 256, 256), on);  // attention output
+  EXPECT_FALSE(ops::narrow_forward_product(false, true, 8192, 1536, 256));  // wide: dnnl_sgemm
+  EXPECT_FALSE(ops::narrow_forward_product(false, false, 8192, 256, 768));  // backward layouts: dnnl_sgemm
+  EXPECT_FALSE(ops::narrow_forward_product(true, false, 256, 768, 8192));
+  EXPECT_FALSE(ops::narrow_forward_product(false, true, 256, 256, 768));  // few rows (the LM head's tiles)
+  const i64 M = 1100, N = 40, K = 300;
+  ASSERT_EQ(ops::narrow_forward_product(false, true, M, N, K), on);
+  const i64 lda = K + 3, ldb = K + 5, ldc = N + 7;
+  const auto A = randn(M * lda, 21), B = randn(N * ldb, 22);
+  for (float beta : {0.f, 0.5f}) {
+    auto C = beta == 0.f ? nan_vec(M * ldc) : randn(M * ldc, 23);
+    for (i64 i = 0; i < M; ++i)
+      for (i64 j = N; j < ldc; ++j) C[i * ldc + j] = 123.f;
+    const auto want = ref_matmul(false, true, M, N, K, 0.75, A, lda, B, ldb, beta, C, ldc);
+    ops::matmul(false, true, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+    EXPECT_TRUE(close_rel(C, want, fp32_tol(fp32_depth({double(K), 2})), "beta=" + std::to_string(beta)));
+    for (i64 i = 0; i < M; ++i)
+      for (i64 j = N; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], 123.f);
+  }
 }
 
 TEST(Matmul, BadStridesAndZeroKThrowOrScale) {

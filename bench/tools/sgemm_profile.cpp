@@ -2,7 +2,9 @@
 // dnnl_sgemm call (the fp32 products of ops/matmul.cpp), then prints one line per (transposes, M, N, K, beta) at
 // exit, the largest total first:
 //   LD_PRELOAD=build/release/libhlm_sgemm_profile.so build/release/hybridlm bench --config run/config.json --threads 1
-// It wraps the symbol and forwards to oneDNN's (dlsym RTLD_NEXT); calls from several threads are summed.
+// It wraps the symbol and forwards to oneDNN's (dlsym RTLD_NEXT); calls from several threads are summed. The narrow
+// forward products that ops::matmul gives oneDNN's matmul primitive on AVX-512 CPUs do not pass through dnnl_sgemm:
+// set HLM_SGEMM_ONLY=1 to see them here (or ONEDNN_VERBOSE=1, which prints each primitive's time).
 // docs/performance.md says what it showed for the small study's shapes.
 #include <dlfcn.h>
 

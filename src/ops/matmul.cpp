@@ -3,11 +3,14 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/aligned.h"
 #include "core/error.h"
 #include "ops/matmul_bf16.h"
+#include "ops/matmul_primitive.h"
 #include "ops/precision.h"
 
 namespace hlm::ops {
@@ -30,9 +33,39 @@ bool matmul_needs_product(const char* op, bool trans_a, bool trans_b, i64 M, i64
   return true;
 }
 
+namespace {
+// HLM_SGEMM_ONLY=1 in the environment: every fp32 product through dnnl_sgemm (A/B runs, and
+// libhlm_sgemm_profile.so, which sees only dnnl_sgemm).
+bool sgemm_only() {
+  static const bool only = [] {
+    const char* v = std::getenv("HLM_SGEMM_ONLY");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return only;
+}
+
+// The primitive's fp32 brgemm kernels need AVX-512 (oneDNN's effective ISA: ONEDNN_MAX_CPU_ISA caps it); below that
+// it would run the same JIT GEMM as dnnl_sgemm.
+bool avx512_matmul() {
+  static const bool on = [] {
+    const unsigned isa = dnnl_get_effective_cpu_isa(), avx512 = dnnl_cpu_isa_avx512_core;
+    return (isa & avx512) == avx512;
+  }();
+  return on;
+}
+}  // namespace
+
+bool narrow_forward_product(bool trans_a, bool trans_b, i64 M, i64 N, i64 K) {
+  return !trans_a && trans_b && M >= 1024 && N <= 512 && K >= 256 && K >= N && avx512_matmul() && !sgemm_only();
+}
+
 void matmul(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,
             const float* B, i64 ldb, float beta, float* C, i64 ldc) {
   if (!matmul_needs_product("matmul", trans_a, trans_b, M, N, K, lda, ldb, beta, C, ldc)) return;
+  if (narrow_forward_product(trans_a, trans_b, M, N, K)) {
+    matmul_primitive("matmul", MatmulType::f32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
                                 C, ldc);
   HLM_CHECK(st == dnnl_success, "matmul: dnnl_sgemm failed (status {}) for M={} N={} K={} trans_a={} trans_b={}",

@@ -1,5 +1,6 @@
 #pragma once
-// fp32 matmul through oneDNN (dnnl_sgemm: AVX-512 JIT kernels, OpenMP inside).
+// fp32 matmul through oneDNN (dnnl_sgemm: AVX-512 JIT kernels, OpenMP inside; the narrow forward products below
+// through oneDNN's matmul primitive, ops/matmul_primitive.h).
 // Row-major everywhere. Weights follow nn.Linear: W is [out, in], y = x W^T.
 // linear_forward / linear_backward follow ops::precision() (ops/precision.h): under bf16 their operands are
 // rounded to bf16 and multiplied by ops::matmul_bf16 with fp32 accumulation; `matmul` itself is always fp32.
@@ -12,6 +13,13 @@ namespace hlm::ops {
 // C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is [M,K], op(B) is [K,N]; lda/ldb/ldc are row strides.
 void matmul(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,
             const float* B, i64 ldb, float beta, float* C, i64 ldc);
+
+// Whether matmul() runs this product on oneDNN's matmul primitive instead of dnnl_sgemm: C = A B^T with few output
+// columns from at least as many inputs (N <= 512, K >= max(N, 256), M >= 1024: the attention output and MLP down
+// projections' forward at the bench config), where dnnl_sgemm ran 5-30% slower on Zen 4 and Ice Lake
+// (docs/performance.md "Narrow forward products"). Only where oneDNN runs AVX-512 (its brgemm kernels); off with
+// HLM_SGEMM_ONLY=1 in the environment. Depends on the shape and the CPU alone, so results do not change between calls.
+bool narrow_forward_product(bool trans_a, bool trans_b, i64 M, i64 N, i64 K);
 
 // The checks of a matmul's sizes and strides (errors name `op`) and its empty cases: false when nothing is left to
 // multiply (M, N or K is 0; with K == 0, C = beta C, and beta == 0 overwrites even NaN).
