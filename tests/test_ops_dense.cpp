@@ -19,6 +19,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
+#include "ops/precision.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/small_gemm.h"
@@ -107,6 +108,34 @@ TEST(Matmul, BadStridesAndZeroKThrowOrScale) {
   EXPECT_THROW(ops::matmul(false, false, 4, 4, 4, 1.f, A.data(), 3, B.data(), 4, 0.f, C.data(), 4), Error);
   ops::matmul(false, false, 4, 4, 0, 1.f, A.data(), 1, B.data(), 4, 0.5f, C.data(), 4);
   for (float c : C) EXPECT_EQ(c, 1.f);
+}
+
+// Row strides of y (forward) and dy (backward): the same bits as dense rows, padding left alone in y and never read
+// in dy (NaN there), in fp32 and, where oneDNN has it, bf16; at a size on dnnl_sgemm and at one on the narrow-forward
+// primitive (ops::narrow_forward_product, on AVX-512 CPUs).
+TEST(Linear, RowStridesOfYAndDyGiveTheDenseBits) {
+  std::vector<ops::Precision> precisions = {ops::Precision::fp32};
+  if (ops::bf16_matmul_available()) precisions.push_back(ops::Precision::bf16);
+  for (const ops::Precision prec : precisions)
+    for (auto [N, in, out] : {std::array<i64, 3>{37, 45, 23}, std::array<i64, 3>{1100, 300, 40}}) {
+      const ops::PrecisionScope scope(prec, /*allow_emulated=*/true);
+      const std::string what = std::string(prec == ops::Precision::bf16 ? "bf16" : "fp32") + " N=" + std::to_string(N);
+      const i64 ld = out + 9;
+      const auto x = randn(N * in, 31), W = randn(out * in, 32), dy = randn(N * out, 33);
+      std::vector<float> y(N * out), ys(N * ld, 123.f), dys = nan_vec(N * ld);
+      ops::linear_forward(x.data(), W.data(), y.data(), N, in, out);
+      ops::linear_forward(x.data(), W.data(), ys.data(), N, in, out, ld);
+      for (i64 n = 0; n < N; ++n) {
+        for (i64 o = 0; o < out; ++o) ASSERT_EQ(float_bits(ys[n * ld + o]), float_bits(y[n * out + o])) << what;
+        for (i64 o = out; o < ld; ++o) ASSERT_EQ(ys[n * ld + o], 123.f) << what;
+        std::copy(dy.begin() + n * out, dy.begin() + (n + 1) * out, dys.begin() + n * ld);
+      }
+      std::vector<float> dx(N * in), dxs(N * in), dW(out * in, 0.f), dWs(out * in, 0.f);
+      ops::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), N, in, out);
+      ops::linear_backward(x.data(), W.data(), dys.data(), dxs.data(), dWs.data(), N, in, out, false, ld);
+      for (i64 i = 0; i < N * in; ++i) ASSERT_EQ(float_bits(dxs[i]), float_bits(dx[i])) << what << " dx " << i;
+      for (i64 i = 0; i < out * in; ++i) ASSERT_EQ(float_bits(dWs[i]), float_bits(dW[i])) << what << " dW " << i;
+    }
 }
 
 // The scans' small products on the micro-kernel (ops/small_gemm.h): every layout, row strides, the alpha and beta the

@@ -28,15 +28,15 @@ struct GdnState final : MixerState {
   i64 bytes() const override { return static_cast<i64>((conv.size() + S.size()) * sizeof(float)); }
 };
 
-// beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias) for N tokens; proj rows [N, Wp] hold b at column
-// c_b and a at c_b + H.
-void gates_forward(const float* proj, i64 Wp, i64 c_b, i64 N, i64 H, const float* alog, const float* dtb, float* g,
+// beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias) for N tokens; proj rows (`stride` apart) hold b at
+// column c_b and a at c_b + H.
+void gates_forward(const float* proj, i64 stride, i64 c_b, i64 N, i64 H, const float* alog, const float* dtb, float* g,
                    float* beta) {
   parallel_for(
       N,
       [&](i64 lo, i64 hi) {
         for (i64 n = lo; n < hi; ++n) {
-          const float* r = proj + n * Wp + c_b;
+          const float* r = proj + n * stride + c_b;
           for (i64 h = 0; h < H; ++h) {
             beta[n * H + h] = static_cast<float>(sigmoid(r[h]));
             g[n * H + h] =
@@ -92,7 +92,7 @@ i64 GatedDeltaNetMixer::chunk_state_budget(i64 B, i64 T) const {
 ops::CausalConv1dArgs<float> GatedDeltaNetMixer::conv_args(const float* proj, i64 B, i64 T, const int32_t* doc_start,
                                                     const float* conv_init) const {
   ops::CausalConv1dArgs<float> c;
-  c.B = B, c.T = T, c.C = 3 * HK(), c.W = kConv, c.u_stride = Wp(), c.silu = true;
+  c.B = B, c.T = T, c.C = 3 * HK(), c.W = kConv, c.u_stride = proj_stride(), c.silu = true;
   c.u = proj, c.w = P(off_conv_), c.initial_state = conv_init, c.doc_start = doc_start;
   return c;
 }
@@ -138,7 +138,7 @@ GatedDeltaNetMixer::RunBuffers GatedDeltaNetMixer::run_buffers(Alloc& arena, i64
   const i64 N = B * T, HK = this->HK();
   RunBuffers b;
   Saved& s = b.saved;
-  s.proj = arena.floats(N * Wp(), "gdn proj");
+  s.proj = arena.floats(N * proj_stride(), "gdn proj");
   s.qkv = arena.floats(N * 3 * HK, "gdn qkv");
   s.rq = arena.floats(N * H_, "gdn q rstd");
   s.rk = arena.floats(N * H_, "gdn k rstd");
@@ -167,7 +167,7 @@ GatedDeltaNetMixer::BackwardBuffers GatedDeltaNetMixer::backward_buffers(Alloc& 
   BackwardBuffers b;
   b.buf = arena.floats(N * HK, "gdn z / d_o");
   b.dz = arena.floats(N * HK, "gdn dz");
-  b.dproj = arena.floats(N * Wp(), "gdn dproj");
+  b.dproj = arena.floats(N * proj_stride(), "gdn dproj");
   b.dqkv = arena.floats(N * 3 * HK, "gdn dqkv");
   b.dg = arena.floats(N * H_, "gdn dg");
   b.dbeta = arena.floats(N * H_, "gdn dbeta");
@@ -197,16 +197,16 @@ FlopCount GatedDeltaNetMixer::flops_per_token(i64 T) const {
 
 void GatedDeltaNetMixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
                              float* conv_fin, const float* S_init, float* S_fin, const RunBuffers& b, Arena& arena) {
-  const i64 N = B * T, HK = H_ * K_, W = Wp();
+  const i64 N = B * T, HK = H_ * K_, W = Wp(), S = proj_stride();
   const Saved& s = saved_ = b.saved;
   ds_ = doc_start;
-  ops::linear_forward(x, P(off_w_), s.proj, N, D_, W);  // [N, Wp]: q | k | v | gp | b | a
+  ops::linear_forward(x, P(off_w_), s.proj, N, D_, W, S);  // [N, Wp] in rows S apart: q | k | v | gp | b | a
   ops::causal_conv1d_forward(conv_args(s.proj, B, T, doc_start, conv_init), s.qkv, conv_fin);  // [N, 3HK]
   qk_l2norm_forward(s.qkv, s.rq, s.rk, N);
-  gates_forward(s.proj, W, 4 * HK, N, H_, P(off_alog_), P(off_dtb_), s.g, s.beta);
+  gates_forward(s.proj, S, 4 * HK, N, H_, P(off_alog_), P(off_dtb_), s.g, s.beta);
   const ops::GatedDeltaArgs<float> a = delta_args(s.qkv, s.g, s.beta, B, T, doc_start, S_init);
   ops::gated_delta_chunked_forward(a, s.o, S_fin, s.cs);  // [N, H, K]
-  ops::norm_silu_gate_forward(s.o, s.proj + 3 * HK, W, P(off_onorm_), s.orstd, true, b.z, N, H_, K_, kNormEps);
+  ops::norm_silu_gate_forward(s.o, s.proj + 3 * HK, S, P(off_onorm_), s.orstd, true, b.z, N, H_, K_, kNormEps);
   ops::linear_forward(b.z, P(off_wo_), y, N, HK, D_);
   arena.release_to(b.temp_mark);
 }
@@ -220,16 +220,16 @@ void GatedDeltaNetMixer::forward(const float* x, float* y, const SeqInfo& s, Are
 }
 
 void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
-  const i64 B = s.B, T = s.T, N = B * T, HK = H_ * K_, W = Wp(), C3 = 3 * HK;
+  const i64 B = s.B, T = s.T, N = B * T, HK = H_ * K_, W = Wp(), S = proj_stride(), C3 = 3 * HK;
   const Saved& sv = saved_;
   auto mark = arena.mark();
   const BackwardBuffers bb = backward_buffers(arena, B, T);
   float *buf = bb.buf, *dproj = bb.dproj, *dqkv = bb.dqkv, *dg = bb.dg, *dbeta = bb.dbeta;
 
   // Output: recompute z (cheaper than keeping it), then o_proj, gate and o_norm.
-  ops::norm_silu_gate_forward(sv.o, sv.proj + 3 * HK, W, P(off_onorm_), sv.orstd, false, buf, N, H_, K_, kNormEps);
+  ops::norm_silu_gate_forward(sv.o, sv.proj + 3 * HK, S, P(off_onorm_), sv.orstd, false, buf, N, H_, K_, kNormEps);
   ops::linear_backward(buf, P(off_wo_), dy, bb.dz, G(off_wo_), N, HK, D_);
-  ops::norm_silu_gate_backward(sv.o, sv.proj + 3 * HK, W, P(off_onorm_), sv.orstd, bb.dz, buf, dproj + 3 * HK,
+  ops::norm_silu_gate_backward(sv.o, sv.proj + 3 * HK, S, P(off_onorm_), sv.orstd, bb.dz, buf, dproj + 3 * HK,
                                G(off_onorm_), N, H_, K_);
 
   ops::gated_delta_chunked_backward(delta_args(sv.qkv, sv.g, sv.beta, B, T, ds_, nullptr), sv.cs, buf, nullptr,
@@ -246,8 +246,8 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
     const float* dtb = P(off_dtb_);
     std::vector<double> dA(static_cast<size_t>(H_), 0.0), dB(static_cast<size_t>(H_), 0.0);
     for (i64 n = 0; n < N; ++n) {
-      const float* r = sv.proj + n * W + 4 * HK;
-      float* dr = dproj + n * W + 4 * HK;
+      const float* r = sv.proj + n * S + 4 * HK;
+      float* dr = dproj + n * S + 4 * HK;
       for (i64 h = 0; h < H_; ++h) {
         // beta (1 - beta) from the pre-activation in double: 1 - beta of the float beta cancels when beta ~ 1.
         const double be = sigmoid(r[h]), gg = dg[n * H_ + h];
@@ -267,7 +267,7 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
   // First 3HK columns of dproj.
   ops::causal_conv1d_backward(conv_args(sv.proj, B, T, ds_, nullptr), dqkv, {.du = dproj, .dw = G(off_conv_)});
 
-  ops::linear_backward(x, P(off_w_), dproj, dx, G(off_w_), N, D_, W);
+  ops::linear_backward(x, P(off_w_), dproj, dx, G(off_w_), N, D_, W, false, S);
   arena.release_to(mark);
 }
 
@@ -282,25 +282,25 @@ std::unique_ptr<MixerState> GatedDeltaNetMixer::new_state(i64 B, i64 max_len) co
 void GatedDeltaNetMixer::step(const float* x, float* y, MixerState& state, i64 B) {
   auto& st = static_cast<GdnState&>(state);
   HLM_CHECK(B == st.B, "gdn step: batch {} but the state has {} rows", B, st.B);
-  const i64 HK = H_ * K_, W = Wp(), C3 = 3 * HK;
+  const i64 HK = H_ * K_, W = Wp(), S = proj_stride(), C3 = 3 * HK;
   if (max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0) {  // probe: a new span block starts here
     std::fill(st.conv.begin(), st.conv.end(), 0.f);
     std::fill(st.S.begin(), st.S.end(), 0.f);
   }
-  st.work.resize(static_cast<size_t>(B * (W + C3 + 3 * H_ + 2 * HK)));
-  float* proj = st.work.data();  // [B, Wp]
-  float* qkv = proj + B * W;     // [B, 3HK]
+  st.work.resize(static_cast<size_t>(B * (S + C3 + 3 * H_ + 2 * HK)));
+  float* proj = st.work.data();  // [B, Wp] in rows S apart
+  float* qkv = proj + B * S;     // [B, 3HK]
   float* rs = qkv + B * C3;      // [B, H] (q, k, then o_norm rstd; only o's is used)
   float* g = rs + B * H_;        // [B, H]
   float* beta = g + B * H_;      // [B, H]
   float* o = beta + B * H_;      // [B, HK]
   float* z = o + B * HK;         // [B, HK]
-  ops::linear_forward(x, P(off_w_), proj, B, D_, W);
+  ops::linear_forward(x, P(off_w_), proj, B, D_, W, S);
   ops::causal_conv1d_step(conv_args(proj, B, 1, nullptr, nullptr), st.conv.data(), qkv);
   qk_l2norm_forward(qkv, rs, rs, B);
-  gates_forward(proj, W, 4 * HK, B, H_, P(off_alog_), P(off_dtb_), g, beta);
+  gates_forward(proj, S, 4 * HK, B, H_, P(off_alog_), P(off_dtb_), g, beta);
   ops::gated_delta_step(delta_args(qkv, g, beta, B, 1, nullptr, nullptr), st.S.data(), o);
-  ops::norm_silu_gate_forward(o, proj + 3 * HK, W, P(off_onorm_), rs, true, z, B, H_, K_, kNormEps);
+  ops::norm_silu_gate_forward(o, proj + 3 * HK, S, P(off_onorm_), rs, true, z, B, H_, K_, kNormEps);
   ops::linear_forward(z, P(off_wo_), y, B, HK, D_);
   st.pos++;
 }

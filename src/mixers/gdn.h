@@ -39,12 +39,15 @@ class GatedDeltaNetMixer final : public Mixer {
   i64 off_w_, off_conv_, off_alog_, off_dtb_, off_onorm_, off_wo_;
   i64 HK() const { return H_ * K_; }
   i64 Wp() const { return 4 * H_ * K_ + 2 * H_; }  // fused projection width: q | k | v | gp | b | a
+  // Row stride of the projection output and its gradient: Wp padded to 16 floats, so every row starts on a cache
+  // line (oneDNN's bf16 kernels write rows that start off a line up to 1.2x slower; docs/precision.md).
+  i64 proj_stride() const { return (Wp() + 15) / 16 * 16; }
   i64 chunk_state_budget(i64 B, i64 T) const;      // floats reserved for the saved chunk-entry states
   // Floats of chunk-entry states forward keeps for documents doc_start: all of them when they fit the budget
   // (always without documents), else 0 (backward recomputes them).
   i64 chunk_states_kept(i64 B, i64 T, const int32_t* doc_start) const;
   // Kernel arguments on this layer's buffers: the three depthwise convs (one over 3HK channels) reading the
-  // q|k|v columns of the fused projection rows proj [B*T, Wp]; the gated delta rule on rows qkv [B*T, 3HK]
+  // q|k|v columns of the fused projection rows proj [B*T, proj_stride]; the gated delta rule on rows qkv [B*T, 3HK]
   // with gates g, beta [B*T, H] (delta_shape: its sizes and documents only, for buffer sizes), and its
   // gradients laid out the same way (dq | dk | dv in rows dqkv [B*T, 3HK]; dg, dbeta [B*T, H]). Initial
   // states nullptr = zeros.

@@ -58,7 +58,7 @@ std::vector<float> Mamba2Mixer::decay_rates() const {
 ops::CausalConv1dArgs<float> Mamba2Mixer::conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
                                              const float* conv_init) const {
   ops::CausalConv1dArgs<float> c;
-  c.B = B, c.T = T, c.C = Cc(), c.W = kConv, c.u_stride = Win(), c.silu = true;
+  c.B = B, c.T = T, c.C = Cc(), c.W = kConv, c.u_stride = pre_stride(), c.silu = true;
   c.u = pre + di_, c.w = P(off_convw_), c.bias = P(off_convb_), c.initial_state = conv_init, c.doc_start = doc_start;
   return c;
 }
@@ -90,7 +90,7 @@ Mamba2Mixer::RunBuffers Mamba2Mixer::run_buffers(Alloc& arena, i64 B, i64 T) con
   const i64 N = B * T;
   RunBuffers b;
   Saved& s = b.saved;
-  s.pre = arena.floats(N * Win(), "mamba2 in_proj");
+  s.pre = arena.floats(N * pre_stride(), "mamba2 in_proj");
   s.dt = arena.floats(N * nh_, "mamba2 dt");
   s.g = arena.floats(N * nh_, "mamba2 log decay");
   s.states = arena.floats(ops::scalar_decay_chunk_states_numel(scan_shape(B, T)), "mamba2 chunk states");
@@ -119,7 +119,7 @@ Mamba2Mixer::BackwardBuffers Mamba2Mixer::backward_buffers(Alloc& arena, i64 B, 
   b.yg = arena.floats(N * di_, "mamba2 d: gated y");
   b.nrm = arena.floats(N * di_, "mamba2 d: normalised y");  // later d yg
   b.dn = arena.floats(N * di_, "mamba2 d: norm out grad");  // later d ys
-  b.dpre = arena.floats(N * Win(), "mamba2 d: in_proj");
+  b.dpre = arena.floats(N * pre_stride(), "mamba2 d: in_proj");
   b.xbc = arena.floats(N * Cc(), "mamba2 d: xBC recomputed");
   b.dxbc = arena.floats(N * Cc(), "mamba2 d: xBC");
   b.dv = arena.floats(N * di_, "mamba2 d: dt x");
@@ -151,18 +151,18 @@ FlopCount Mamba2Mixer::flops_per_token(i64 T) const {
 
 void Mamba2Mixer::run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
                       float* conv_fin, const float* ssm_init, float* ssm_fin, const RunBuffers& b, Arena& arena) {
-  const i64 N = B * T, Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
+  const i64 N = B * T, Wi = Win(), Ws = pre_stride(), C = Cc(), di = di_, nh = nh_, Pd = P_;
   const Saved& s = saved_ = b.saved;
-  ops::linear_forward(x, P(off_in_), s.pre, N, D_, Wi);  // [N, Win]: z | xBC | dt
+  ops::linear_forward(x, P(off_in_), s.pre, N, D_, Wi, Ws);  // [N, Win] in rows Ws apart: z | xBC | dt
   ds_ = doc_start;
   // xbc [N, Cc]: x | B | C after conv + SiLU
   ops::causal_conv1d_forward(conv_args(s.pre, B, T, doc_start, conv_init), b.xbc, conv_fin);
-  ops::mamba2_dt_forward(s.pre + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), b.xbc, C, s.dt, s.g, b.v,
+  ops::mamba2_dt_forward(s.pre + 2 * di + 2 * N_, Ws, P(off_dtb_), decay_rates().data(), b.xbc, C, s.dt, s.g, b.v,
                          N, nh, Pd);  // v [N, nh, P]
   const ops::ScalarDecayArgs<float> a = scan_args(b.xbc, b.v, s.g, B, T, doc_start, ssm_init);
   ops::scalar_decay_chunked_forward(a, s.ys, ssm_fin, s.states);  // ys [N, nh, P]
   float* yg = b.yg;
-  ops::mamba2_skip_gate_forward(s.ys, b.xbc, C, P(off_D_), s.pre, Wi, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
+  ops::mamba2_skip_gate_forward(s.ys, b.xbc, C, P(off_D_), s.pre, Ws, yg, N, nh, Pd);  // ys += D x; yg = ys silu(z)
   ops::rmsnorm_forward(yg, P(off_norm_), yg, s.rstd, N, di, kNormEps);
   ops::linear_forward(yg, P(off_out_), y, N, di, D_);
   arena.release_to(b.temp_mark);
@@ -176,7 +176,7 @@ void Mamba2Mixer::forward(const float* x, float* y, const SeqInfo& s, Arena& are
 }
 
 void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const SeqInfo& s, Arena& arena) {
-  const i64 B = s.B, T = s.T, N = B * T, Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
+  const i64 B = s.B, T = s.T, N = B * T, Wi = Win(), Ws = pre_stride(), C = Cc(), di = di_, nh = nh_, Pd = P_;
   const Saved& sv = saved_;
   auto mark = arena.mark();
   const BackwardBuffers bb = backward_buffers(arena, B, T);
@@ -186,13 +186,13 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   ops::causal_conv1d_forward(conv_args(sv.pre, B, T, ds_, nullptr), xbc, nullptr);
   // Recompute yg = ys * silu(z) and its normalised form for the out_proj weight gradient.
   const float* wn = P(off_norm_);
-  ops::silu_gate_norm_recompute(sv.ys, sv.pre, Wi, sv.rstd, wn, yg, nrm, N, di);
+  ops::silu_gate_norm_recompute(sv.ys, sv.pre, Ws, sv.rstd, wn, yg, nrm, N, di);
   ops::linear_backward(nrm, P(off_out_), dy, dn, G(off_out_), N, di, D_);
   float* dyg = nrm;
   ops::rmsnorm_backward(yg, wn, sv.rstd, dn, dyg, G(off_norm_), N, di);
   // yg = ys silu(z): d ys = dyg silu(z) (into dn);  dz = dyg ys silu'(z).
   float* dys = dn;
-  ops::silu_gate_backward(sv.ys, sv.pre, Wi, dyg, dys, dpre, Wi, N, di);
+  ops::silu_gate_backward(sv.ys, sv.pre, Ws, dyg, dys, dpre, Ws, N, di);
   // The scan's values v = dt x again, into yg's buffer (free from here): the forward's products, the same bits.
   float* v = yg;
   ops::mamba2_dt_scale_x(sv.dt, xbc, C, v, N, nh, Pd);
@@ -203,7 +203,7 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   const float* alog = P(off_alog_);
   // dx (the x slots of dxBC), the raw dt column's gradient and the per-token terms of dD, dA, d dt_bias.
   ops::mamba2_dt_backward(xbc, C, bb.dv, dys, sv.dt, P(off_D_), decay_rates().data(), bb.dg, dxbc, C,
-                          dpre + 2 * di + 2 * N_, Wi, part, N, nh, Pd);
+                          dpre + 2 * di + 2 * N_, Ws, part, N, nh, Pd);
   // Per-head parameter gradients: fixed-order sums over tokens (deterministic whatever the thread count).
   for (i64 h = 0; h < nh; ++h) {
     double sD = 0, sA = 0, sB = 0;
@@ -219,7 +219,7 @@ void Mamba2Mixer::backward(const float* x, const float* dy, float* dx, const Seq
   }
   ops::causal_conv1d_backward(conv_args(sv.pre, B, T, ds_, nullptr), dxbc,
                               {.du = dpre + di, .dw = G(off_convw_), .dbias = G(off_convb_)});
-  ops::linear_backward(x, P(off_in_), dpre, dx, G(off_in_), N, D_, Wi);
+  ops::linear_backward(x, P(off_in_), dpre, dx, G(off_in_), N, D_, Wi, false, Ws);
   arena.release_to(mark);
 }
 
@@ -234,20 +234,20 @@ std::unique_ptr<MixerState> Mamba2Mixer::new_state(i64 B, i64 max_len) const {
 void Mamba2Mixer::step(const float* x, float* y, MixerState& state, i64 B) {
   auto& st = static_cast<Mamba2State&>(state);
   HLM_CHECK(B == st.B, "mamba2 step: batch {} but the state has {} rows", B, st.B);
-  const i64 Wi = Win(), C = Cc(), di = di_, nh = nh_, Pd = P_;
+  const i64 Wi = Win(), Ws = pre_stride(), C = Cc(), di = di_, nh = nh_, Pd = P_;
   if (max_span_ > 0 && st.pos > 0 && st.pos % max_span_ == 0) {
     std::fill(st.conv.begin(), st.conv.end(), 0.f);
     std::fill(st.ssm.begin(), st.ssm.end(), 0.f);
   }
-  std::vector<float> pre(static_cast<size_t>(B * Wi)), xbc(static_cast<size_t>(B * C)),
+  std::vector<float> pre(static_cast<size_t>(B * Ws)), xbc(static_cast<size_t>(B * C)),
       dt(static_cast<size_t>(B * nh)), g(static_cast<size_t>(B * nh)), v(static_cast<size_t>(B * di)),
       o(static_cast<size_t>(B * di)), rstd(static_cast<size_t>(B));
-  ops::linear_forward(x, P(off_in_), pre.data(), B, D_, Wi);
+  ops::linear_forward(x, P(off_in_), pre.data(), B, D_, Wi, Ws);
   ops::causal_conv1d_step(conv_args(pre.data(), B, 1, nullptr, nullptr), st.conv.data(), xbc.data());
-  ops::mamba2_dt_forward(pre.data() + 2 * di + 2 * N_, Wi, P(off_dtb_), decay_rates().data(), xbc.data(), C,
+  ops::mamba2_dt_forward(pre.data() + 2 * di + 2 * N_, Ws, P(off_dtb_), decay_rates().data(), xbc.data(), C,
                          dt.data(), g.data(), v.data(), B, nh, Pd);
   ops::scalar_decay_step(scan_args(xbc.data(), v.data(), g.data(), B, 1, nullptr, nullptr), st.ssm.data(), o.data());
-  ops::mamba2_skip_gate_forward(o.data(), xbc.data(), C, P(off_D_), pre.data(), Wi, o.data(), B, nh, Pd);
+  ops::mamba2_skip_gate_forward(o.data(), xbc.data(), C, P(off_D_), pre.data(), Ws, o.data(), B, nh, Pd);
   ops::rmsnorm_forward(o.data(), P(off_norm_), o.data(), rstd.data(), B, di, kNormEps);
   ops::linear_forward(o.data(), P(off_out_), y, B, di, D_);
   st.pos++;

@@ -38,13 +38,16 @@ class Mamba2Mixer final : public Mixer {
   std::array<double, 2> a_range_, dt_range_;  // init ranges of A and dt (layer_types.M)
   i64 off_in_, off_convw_, off_convb_, off_dtb_, off_alog_, off_D_, off_norm_, off_out_;
   i64 Win() const { return 2 * di_ + 2 * N_ + nh_; }  // in_proj rows: z | x | B | C | dt
+  // Row stride of the in_proj output and its gradient: Win padded to 16 floats, so every row starts on a cache line
+  // (oneDNN's bf16 kernels write 1160-float rows, half of them 32 bytes off a line, 1.2x slower; docs/precision.md).
+  i64 pre_stride() const { return (Win() + 15) / 16 * 16; }
   i64 Cc() const { return di_ + 2 * N_; }              // conv channels: x | B | C
 
   // Arena buffers, listed once per phase: forward, backward and prefill take them from the step's Arena,
   // arena_use() counts the same lists with an ArenaCount (core/arena_count.h). Allocation order is the
   // layout. `span`: the probe's doc_start copy (Mixer::span_buffer). Forward is span_buffer, then run_buffers.
   struct Saved {               // kept by forward for backward
-    float* pre = nullptr;      // [B*T, Win] in_proj output (z | xBC before conv | dt before softplus)
+    float* pre = nullptr;      // [B*T, pre_stride] in_proj output (z | xBC before conv | dt before softplus)
     float* dt = nullptr;       // [B*T, nh]  softplus(dt + dt_bias)
     float* g = nullptr;        // [B*T, nh]  dt * A
     float* states = nullptr;   // [B, nh, NC, N, P] chunk-entry states
@@ -65,7 +68,7 @@ class Mamba2Mixer final : public Mixer {
   };
   struct BackwardBuffers {
     float *yg = nullptr, *nrm = nullptr, *dn = nullptr;  // [B*T, di] each; yg later holds the recomputed v
-    float* dpre = nullptr;     // [B*T, Win]
+    float* dpre = nullptr;     // [B*T, pre_stride]
     float* xbc = nullptr;      // [B*T, Cc] the forward's conv output, recomputed
     float* dxbc = nullptr;     // [B*T, Cc]
     float* dv = nullptr;       // [B*T, di]
@@ -83,7 +86,7 @@ class Mamba2Mixer final : public Mixer {
   void run(const float* x, float* y, i64 B, i64 T, const int32_t* doc_start, const float* conv_init,
            float* conv_fin, const float* ssm_init, float* ssm_fin, const RunBuffers& b, Arena& arena);
   std::vector<float> decay_rates() const;  // A = -exp(A_log) per head
-  // Kernel arguments on this layer's buffers: the conv over the xBC columns of the in_proj rows pre [B*T, Win];
+  // Kernel arguments on this layer's buffers: the conv over the xBC columns of the in_proj rows pre (pre_stride apart);
   // the SSM scan with q = C, k = B from rows xbc [B*T, Cc], v = dt x [B*T, di] and g = dt A [B*T, nh].
   ops::CausalConv1dArgs<float> conv_args(const float* pre, i64 B, i64 T, const int32_t* doc_start,
                                   const float* conv_init) const;

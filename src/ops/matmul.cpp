@@ -77,18 +77,19 @@ namespace {
 // oneDNN takes the same path every run): they are rounded afresh at every call (weights change every step; rounding
 // costs 1/(2 out) of the product for x, 1/(2 N) for W).
 enum Slot { kSlotX, kSlotW, kSlotDy, kSlots };
-const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot) {
+const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot, i64 ld_src = 0) {
   thread_local aligned_vector<bf16> buf[kSlots];
   aligned_vector<bf16>& b = buf[slot];
   if (b.size() < static_cast<size_t>(rows * cols)) b.resize(static_cast<size_t>(rows * cols));
-  round_to_bf16(src, rows, cols, cols, b.data());
+  round_to_bf16(src, rows, cols, ld_src > 0 ? ld_src : cols, b.data());
   return b.data();
 }
 }  // namespace
 
-void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out) {
+void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_forward_bf16: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
-  if (N > 0) matmul_bf16(false, true, N, out, in, 1.f, xb, in, rounded(W, out, in, kSlotW), in, 0.f, y, out);
+  if (N > 0)
+    matmul_bf16(false, true, N, out, in, 1.f, xb, in, rounded(W, out, in, kSlotW), in, 0.f, y, ldy > 0 ? ldy : out);
 }
 
 void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
@@ -101,28 +102,30 @@ void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float
   if (dW) matmul_bf16(true, false, out, in, N, 1.f, dyb, out, xb, in, 1.f, dW, in);
 }
 
-void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out) {
+void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_forward: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
   if (precision() == Precision::bf16 && N > 0) {
-    linear_forward_bf16(rounded(x, N, in, kSlotX), W, y, N, in, out);
+    linear_forward_bf16(rounded(x, N, in, kSlotX), W, y, N, in, out, ldy);
     return;
   }
   // y[N,out] = x[N,in] W[out,in]^T
-  matmul(false, true, N, out, in, 1.f, x, in, W, in, 0.f, y, out);
+  matmul(false, true, N, out, in, 1.f, x, in, W, in, 0.f, y, ldy > 0 ? ldy : out);
 }
 
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, i64 N, i64 in,
-                     i64 out, bool accumulate_dx) {
+                     i64 out, bool accumulate_dx, i64 lddy) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_backward: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
+  if (lddy <= 0) lddy = out;
   if (precision() == Precision::bf16 && N > 0) {
-    linear_backward_bf16(dW ? rounded(x, N, in, kSlotX) : nullptr, W, rounded(dy, N, out, kSlotDy), dx, dW, N, in, out,
-                         accumulate_dx);
+    // dy rounded into dense rows (the bf16 copy drops any row padding).
+    linear_backward_bf16(dW ? rounded(x, N, in, kSlotX) : nullptr, W, rounded(dy, N, out, kSlotDy, lddy), dx, dW, N,
+                         in, out, accumulate_dx);
     return;
   }
   // dx[N,in] = dy[N,out] W
-  if (dx) matmul(false, false, N, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  if (dx) matmul(false, false, N, in, out, 1.f, dy, lddy, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
   // dW[out,in] += dy[N,out]^T x
-  if (dW) matmul(true, false, out, in, N, 1.f, dy, out, x, in, 1.f, dW, in);
+  if (dW) matmul(true, false, out, in, N, 1.f, dy, lddy, x, in, 1.f, dW, in);
 }
 
 }  // namespace hlm::ops

@@ -26,18 +26,19 @@ bool narrow_forward_product(bool trans_a, bool trans_b, i64 M, i64 N, i64 K);
 bool matmul_needs_product(const char* op, bool trans_a, bool trans_b, i64 M, i64 N, i64 K, i64 lda, i64 ldb,
                           float beta, float* C, i64 ldc);
 
-// y[N,out] = x[N,in] W[out,in]^T   (y overwritten)
-void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out);
+// y[N,out] = x[N,in] W[out,in]^T   (y overwritten; its rows ldy apart, 0 = out: dense)
+void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy = 0);
 // dx[N,in] = dy[N,out] W  (overwritten, or added when accumulate_dx; skipped if dx == nullptr)
 // dW[out,in] += dy^T x    (parameter gradients accumulate)
+// dy's rows are lddy apart (0 = out: dense).
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, i64 N,
-                     i64 in, i64 out, bool accumulate_dx = false);
+                     i64 in, i64 out, bool accumulate_dx = false, i64 lddy = 0);
 
 // The same under bf16 with activations a kernel already wrote rounded (dense rows, ops::to_bf16, e.g. by
 // ops::swiglu_forward_bf16): xb stands for x, dyb for dy. Bit for bit what linear_* give under bf16 for the fp32
 // values they were rounded from. Call only when ops::precision() is bf16.
 using bf16 = std::uint16_t;
-void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out);
+void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy = 0);
 // dx from dyb when dx is given (xb may be null then); dW from xb and dyb when dW is given. A caller rounds an fp32
 // operand itself with ops::round_to_bf16 (ops/matmul_bf16.h), e.g. once for a dy that feeds two calls.
 void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
