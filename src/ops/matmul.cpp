@@ -9,6 +9,7 @@
 
 #include "core/aligned.h"
 #include "core/error.h"
+#include "ops/kernel_args.h"
 #include "ops/matmul_bf16.h"
 #include "ops/matmul_primitive.h"
 #include "ops/precision.h"
@@ -77,11 +78,11 @@ namespace {
 // oneDNN takes the same path every run): they are rounded afresh at every call (weights change every step; rounding
 // costs 1/(2 out) of the product for x, 1/(2 N) for W).
 enum Slot { kSlotX, kSlotW, kSlotDy, kSlots };
-const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot, i64 ld_src = 0) {
+const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot, i64 ld_src = 0) {  // ld_src 0: dense
   thread_local aligned_vector<bf16> buf[kSlots];
   aligned_vector<bf16>& b = buf[slot];
   if (b.size() < static_cast<size_t>(rows * cols)) b.resize(static_cast<size_t>(rows * cols));
-  round_to_bf16(src, rows, cols, ld_src > 0 ? ld_src : cols, b.data());
+  round_to_bf16(src, rows, cols, stride_or(ld_src, cols), b.data());
   return b.data();
 }
 }  // namespace
@@ -89,7 +90,7 @@ const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot, i64 ld_src 
 void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_forward_bf16: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
   if (N > 0)
-    matmul_bf16(false, true, N, out, in, 1.f, xb, in, rounded(W, out, in, kSlotW), in, 0.f, y, ldy > 0 ? ldy : out);
+    matmul_bf16(false, true, N, out, in, 1.f, xb, in, rounded(W, out, in, kSlotW), in, 0.f, y, stride_or(ldy, out));
 }
 
 void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
@@ -109,13 +110,13 @@ void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64
     return;
   }
   // y[N,out] = x[N,in] W[out,in]^T
-  matmul(false, true, N, out, in, 1.f, x, in, W, in, 0.f, y, ldy > 0 ? ldy : out);
+  matmul(false, true, N, out, in, 1.f, x, in, W, in, 0.f, y, stride_or(ldy, out));
 }
 
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, i64 N, i64 in,
                      i64 out, bool accumulate_dx, i64 lddy) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_backward: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
-  if (lddy <= 0) lddy = out;
+  lddy = stride_or(lddy, out);
   if (precision() == Precision::bf16 && N > 0) {
     // dy rounded into dense rows (the bf16 copy drops any row padding).
     linear_backward_bf16(dW ? rounded(x, N, in, kSlotX) : nullptr, W, rounded(dy, N, out, kSlotDy, lddy), dx, dW, N,
