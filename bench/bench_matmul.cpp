@@ -2,7 +2,7 @@
 // the fused LM-head cross-entropy (forward + backward) at N=8192, D=256, V=4096; the same under --precision bf16
 // (BM_MatmulBf16 / BM_MatmulBf16Layout: the bf16 product alone; BM_MatmulOutputSize, BM_MatmulBf16RowStride: the
 // output size and row alignment at bench shapes; BM_LinearBf16: linear_forward with its operand
-// rounding; BM_LmHeadCE/1).
+// rounding; BM_WeightGradBf16: a weight gradient with its rounding in both forms; BM_LmHeadCE/1).
 // Counters: GFLOP/s = useful flops / wall time (matmul 2MNK; CE forward 2NDV, backward 3 x 2NDV).
 // Every operand is 64-byte aligned, as the engine's arena and buffers are: oneDNN's AMX kernels run up to 1.9x slower
 // on a product whose output rows start 16 bytes off a cache line (where malloc puts large blocks).
@@ -21,6 +21,7 @@
 #include "ops/matmul_primitive.h"
 #include "ops/precision.h"
 #include "ops/small_gemm.h"
+#include "ops/transpose.h"
 
 using hlm::i64;
 
@@ -205,6 +206,38 @@ void BM_LinearBf16(benchmark::State& st) {
   set_gflops(st, 2.0 * M * N * K);
 }
 BENCHMARK(BM_LinearBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A linear layer's bf16 weight gradient, dW += dy^T x at 8192 tokens, with its operand rounding, in the two forms of
+// ops::linear_backward_bf16 (arg transposed): 0, x rounded in rows and the product dy^T x (oneDNN's source
+// transposed); 1, x rounded transposed, dW^T = x^T dy as a plain product, added transposed onto dW (what
+// linear_backward does under bf16). dy arrives rounded (its rows also feed dx). Alone, with warm caches, the two forms
+// are within a few percent; inside a training step the first runs at 0.8-0.95x the second's rate (docs/precision.md).
+void BM_WeightGradBf16(benchmark::State& st) {
+  if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
+  const bool transposed = st.range(0) != 0;
+  const i64 N = 8192, out = st.range(1), in = st.range(2);
+  const auto x = randn(N * in, 1, 1.0), dy = randn(N * out, 2, 1.0), W = randn(out * in, 3, 0.05);
+  hlm::aligned_vector<hlm::ops::bf16> xb(N * in), dyb(N * out);
+  hlm::ops::round_to_bf16(dy.data(), N, out, out, dyb.data());
+  hlm::aligned_vector<float> dW(out * in, 0.f);
+  for (auto _ : st) {
+    if (transposed)
+      hlm::ops::round_to_bf16_transposed(x.data(), N, in, in, xb.data());
+    else
+      hlm::ops::round_to_bf16(x.data(), N, in, in, xb.data());
+    hlm::ops::linear_backward_bf16(xb.data(), W.data(), dyb.data(), nullptr, dW.data(), N, in, out,
+                                   /*accumulate_dx=*/false, transposed);
+    benchmark::DoNotOptimize(dW.data());
+  }
+  set_gflops(st, 2.0 * N * out * in);
+}
+BENCHMARK(BM_WeightGradBf16)
+    ->ArgNames({"transposed", "out", "in"})
+    ->ArgsProduct({{0, 1}, {1536, 768, 256}, {256}})
+    ->Args({0, 256, 768})
+    ->Args({1, 256, 768})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The LM head's operands, targets and outputs at N rows, d_model D, vocabulary V.
 struct HeadCase {

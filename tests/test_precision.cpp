@@ -19,6 +19,7 @@
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
+#include "ops/transpose.h"
 #include "testing.h"
 
 using namespace hlm;
@@ -177,8 +178,9 @@ TEST(Bf16, LinearLayersRoundBothOperandsUnderTheScope) {
   for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx2[i], 2 * dx[i], 1e-5 * (1 + std::fabs(dx[i])));
 }
 
-// A linear layer handed operands that were rounded already (ops::linear_*_bf16) gives the bits of linear_* under
-// bf16 on the fp32 values.
+// A linear layer handed operands that were rounded already (ops::linear_*_bf16, x transposed for the weight
+// gradient as linear_backward rounds it) gives the bits of linear_* under bf16 on the fp32 values; x in rows gives
+// the same weight gradient up to fp32 accumulation order.
 TEST(Bf16, LinearLayersOnRoundedOperandsGiveTheSameBits) {
   SKIP_WITHOUT_BF16_MATMUL();
   const i64 N = 45, in = 40, out = 24;
@@ -189,19 +191,26 @@ TEST(Bf16, LinearLayersOnRoundedOperandsGiveTheSameBits) {
   ops::linear_forward(x.data(), W.data(), y.data(), N, in, out);
   ops::linear_backward(x.data(), W.data(), dy.data(), dx.data(), dW.data(), N, in, out);
   const auto xb = bf16_rounded(x), dyb = bf16_rounded(dy);
+  std::vector<ops::bf16> xt(N * in);
+  ops::round_to_bf16_transposed(x.data(), N, in, in, xt.data());
   std::vector<float> y2(N * out), dx2 = nan_vec(N * in), dW2(out * in, 0.25f);
   ops::linear_forward_bf16(xb.data(), W.data(), y2.data(), N, in, out);
-  ops::linear_backward_bf16(xb.data(), W.data(), dyb.data(), dx2.data(), dW2.data(), N, in, out);
+  ops::linear_backward_bf16(xt.data(), W.data(), dyb.data(), dx2.data(), dW2.data(), N, in, out,
+                            /*accumulate_dx=*/false, /*xb_transposed=*/true);
   EXPECT_EQ(y2, y);
   EXPECT_EQ(dx2, dx);
   EXPECT_EQ(dW2, dW);
+  std::vector<float> dW_rows(out * in, 0.25f);
+  ops::linear_backward_bf16(xb.data(), W.data(), dyb.data(), nullptr, dW_rows.data(), N, in, out);
+  EXPECT_TRUE(close_rel(dW_rows, dW, fp32_tol(2.0 * N)));
   // dx alone (no x), accumulating; dW alone.
   std::vector<float> dx3 = dx, dW3(out * in, 0.25f);
   ops::linear_backward_bf16(nullptr, W.data(), dyb.data(), dx3.data(), nullptr, N, in, out, /*accumulate_dx=*/true);
   std::vector<float> dx4 = dx;
   ops::linear_backward(x.data(), W.data(), dy.data(), dx4.data(), nullptr, N, in, out, /*accumulate_dx=*/true);
   EXPECT_EQ(dx3, dx4);
-  ops::linear_backward_bf16(xb.data(), W.data(), dyb.data(), nullptr, dW3.data(), N, in, out);
+  ops::linear_backward_bf16(xt.data(), W.data(), dyb.data(), nullptr, dW3.data(), N, in, out,
+                            /*accumulate_dx=*/false, /*xb_transposed=*/true);
   EXPECT_EQ(dW3, dW);
 }
 

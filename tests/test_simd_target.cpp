@@ -20,12 +20,6 @@ using namespace hlm::testing;
 
 namespace {
 
-// Restores the target chosen at startup (HLM_SIMD or the CPU's best) when a test ends.
-struct TargetGuard {
-  std::string start = simd_target();
-  ~TargetGuard() { set_simd_target(start); }
-};
-
 struct AttnOut {
   std::vector<float> o, lse, dq, dk, dv;
 };

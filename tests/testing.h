@@ -15,12 +15,19 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/simd_target.h"
 #include "core/tensor.h"
 #include "ops/bf16_pairs.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
 
 namespace hlm::testing {
+
+// Restores the SIMD target chosen at startup (HLM_SIMD or the CPU's best) when a test that forces others ends.
+struct TargetGuard {
+  std::string start = simd_target();
+  ~TargetGuard() { set_simd_target(start); }
+};
 
 inline std::vector<float> nan_vec(size_t n) {
   return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());

@@ -14,6 +14,7 @@
 #include "ops/precision.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
+#include "ops/transpose.h"
 
 namespace hlm {
 
@@ -182,25 +183,32 @@ void Model::recompute_norm(const float* x, i64 w_offset, float* rstd, float* out
 }
 
 // The MLP backward of a bf16 step: its matmuls read bf16 operands, so the kernels that make them write them
-// rounded (ops::swiglu_backward_bf16) and the block's d output is rounded once for the two products that read it.
-// The same bits as the fp32-buffer path under bf16 (each operand is rounded from the same fp32 values), in less
-// memory traffic. dx (d output) and da (N*F floats) are the caller's; dn gets d norm2(h); dtmp is free throughout.
+// rounded (ops::swiglu_backward_bf16) and the block's d output is rounded once for each layout that is read. Both
+// weight gradients are plain (NN) products, which oneDNN's bf16 kernels run faster than dy^T x (ops/transpose.h):
+// down's as dW = dy^T x with d output rounded transposed (narrow: D columns), gate|up's as linear_backward under
+// bf16 computes it (the bits of the fp32-buffer path under bf16 there). dx (d output) and da (N*F floats) are the
+// caller's; dn gets d norm2(h); dtmp is free throughout.
 void Model::mlp_backward_bf16(i64 l, const float* dx, float* da, float* dn, float* dtmp) {
   const i64 N = B_ * T_, D = cfg_.d_model, F = cfg_.d_ff;
   const LayerActs& a = acts_[l];
   const LayerOffsets& o = lo_[l];
-  auto* dxb = reinterpret_cast<ops::bf16*>(dtmp);  // N*D bf16 in dtmp's N*D floats, free until the norm below
+  // d output in bf16, rows then transposed: 2 * N*D bf16 in dtmp's N*D floats, free until the norm below.
+  auto* dxb = reinterpret_cast<ops::bf16*>(dtmp);
+  ops::bf16* dxbt = dxb + N * D;
   ops::round_to_bf16(dx, N, D, D, dxb);
+  ops::round_to_bf16_transposed(dx, N, D, D, dxbt);
   ops::linear_backward_bf16(nullptr, params() + o.w_down, dxb, da, nullptr, N, F, D);  // d act
   // d gate|up over d act (a bf16 row of it is an fp32 row of da), and the product silu(gate) * up, rounded.
   auto* dgub = reinterpret_cast<ops::bf16*>(da);
   auto* xb = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * std::max(F, D)), "mlp operand (bf16)"));
   ops::swiglu_backward_bf16(a.gu, da, dgub, N, F, xb);
-  ops::linear_backward_bf16(xb, params() + o.w_down, dxb, nullptr, grads() + o.w_down, N, F, D);
-  // norm2(h) again, rounded into xb (the product is read), for the gate|up weight gradient.
+  // d down_proj[D, F] += (d output)^T act.
+  ops::matmul_bf16(false, false, D, F, N, 1.f, dxbt, N, xb, F, 1.f, grads() + o.w_down, F);
+  // norm2(h) again, rounded into xb transposed (the product is read) for the gate|up weight gradient.
   recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
-  ops::round_to_bf16(dtmp, N, D, D, xb);
-  ops::linear_backward_bf16(xb, params() + o.w_gate_up, dgub, dn, grads() + o.w_gate_up, N, D, 2 * F);
+  ops::round_to_bf16_transposed(dtmp, N, D, D, xb);
+  ops::linear_backward_bf16(xb, params() + o.w_gate_up, dgub, dn, grads() + o.w_gate_up, N, D, 2 * F,
+                            /*accumulate_dx=*/false, /*xb_transposed=*/true);
 }
 
 void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 B, i64 T) {

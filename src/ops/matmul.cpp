@@ -13,6 +13,7 @@
 #include "ops/matmul_bf16.h"
 #include "ops/matmul_primitive.h"
 #include "ops/precision.h"
+#include "ops/transpose.h"
 
 namespace hlm::ops {
 
@@ -78,12 +79,21 @@ namespace {
 // oneDNN takes the same path every run): they are rounded afresh at every call (weights change every step; rounding
 // costs 1/(2 out) of the product for x, 1/(2 N) for W).
 enum Slot { kSlotX, kSlotW, kSlotDy, kSlots };
-const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot, i64 ld_src = 0) {  // ld_src 0: dense
+aligned_vector<bf16>& slot_buffer(Slot slot, i64 size) {
   thread_local aligned_vector<bf16> buf[kSlots];
   aligned_vector<bf16>& b = buf[slot];
-  if (b.size() < static_cast<size_t>(rows * cols)) b.resize(static_cast<size_t>(rows * cols));
-  round_to_bf16(src, rows, cols, stride_or(ld_src, cols), b.data());
-  return b.data();
+  if (b.size() < static_cast<size_t>(size)) b.resize(static_cast<size_t>(size));
+  return b;
+}
+const bf16* rounded(const float* src, i64 rows, i64 cols, Slot slot, i64 ld_src = 0) {  // ld_src 0: dense
+  bf16* b = slot_buffer(slot, rows * cols).data();
+  round_to_bf16(src, rows, cols, stride_or(ld_src, cols), b);
+  return b;
+}
+const bf16* rounded_transposed(const float* src, i64 rows, i64 cols, Slot slot) {  // [cols, rows]
+  bf16* b = slot_buffer(slot, rows * cols).data();
+  round_to_bf16_transposed(src, rows, cols, cols, b);
+  return b;
 }
 }  // namespace
 
@@ -94,13 +104,22 @@ void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in
 }
 
 void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
-                          i64 out, bool accumulate_dx) {
+                          i64 out, bool accumulate_dx, bool xb_transposed) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_backward_bf16: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
   if (N == 0) return;
   if (dx)
     matmul_bf16(false, false, N, in, out, 1.f, dyb, out, rounded(W, out, in, kSlotW), in, accumulate_dx ? 1.f : 0.f,
                 dx, in);
-  if (dW) matmul_bf16(true, false, out, in, N, 1.f, dyb, out, xb, in, 1.f, dW, in);
+  if (!dW) return;
+  if (!xb_transposed) {
+    matmul_bf16(true, false, out, in, N, 1.f, dyb, out, xb, in, 1.f, dW, in);
+    return;
+  }
+  // dW^T[in, out] = x^T dy, both operands in plain rows (ops/transpose.h), then added transposed onto dW.
+  thread_local aligned_vector<float> dWt;
+  if (dWt.size() < static_cast<size_t>(in * out)) dWt.resize(static_cast<size_t>(in * out));
+  matmul_bf16(false, false, in, out, N, 1.f, xb, N, dyb, out, 0.f, dWt.data(), out);
+  add_transposed(dWt.data(), in, out, dW);
 }
 
 void linear_forward(const float* x, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy) {
@@ -119,8 +138,8 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
   lddy = stride_or(lddy, out);
   if (precision() == Precision::bf16 && N > 0) {
     // dy rounded into dense rows (the bf16 copy drops any row padding).
-    linear_backward_bf16(dW ? rounded(x, N, in, kSlotX) : nullptr, W, rounded(dy, N, out, kSlotDy, lddy), dx, dW, N,
-                         in, out, accumulate_dx);
+    linear_backward_bf16(dW ? rounded_transposed(x, N, in, kSlotX) : nullptr, W, rounded(dy, N, out, kSlotDy, lddy),
+                         dx, dW, N, in, out, accumulate_dx, /*xb_transposed=*/true);
     return;
   }
   // dx[N,in] = dy[N,out] W

@@ -40,8 +40,10 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
 using bf16 = std::uint16_t;
 void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy = 0);
 // dx from dyb when dx is given (xb may be null then); dW from xb and dyb when dW is given. A caller rounds an fp32
-// operand itself with ops::round_to_bf16 (ops/matmul_bf16.h), e.g. once for a dy that feeds two calls.
+// operand itself with ops::round_to_bf16 (ops/matmul_bf16.h), e.g. once for a dy that feeds two calls. xb holds x's
+// rows [N, in], or with xb_transposed its transpose [in, N] (ops::round_to_bf16_transposed, ops/transpose.h): the
+// faster weight gradient, and the form linear_backward takes under bf16 (so its bits are those of that form).
 void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
-                          i64 out, bool accumulate_dx = false);
+                          i64 out, bool accumulate_dx = false, bool xb_transposed = false);
 
 }  // namespace hlm::ops
