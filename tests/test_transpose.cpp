@@ -29,7 +29,8 @@ std::vector<std::string> every_target() {
 struct TileShape {
   i64 rows, cols, ld;
 };
-const TileShape kShapes[] = {{1, 1, 1}, {3, 5, 7}, {37, 53, 60}, {32, 16, 16}, {64, 48, 48}, {129, 33, 40}, {333, 260, 261}};
+const TileShape kShapes[] = {{1, 1, 1},    {3, 5, 7},     {37, 53, 60},    {32, 16, 16},
+                              {64, 48, 48}, {129, 33, 40}, {333, 260, 261}};
 
 // Random values of every magnitude, with the values to_bf16 treats specially planted among them.
 std::vector<float> tricky_values(i64 n, std::uint64_t seed) {

@@ -76,7 +76,8 @@ HLM_AVX512_TARGET inline __mmask16 first_lanes(i64 n) {
 HLM_AVX512_TARGET inline void load_tile_t(const float* src, i64 ld, i64 rb, i64 nr, i64 cb, i64 nc, __m512 a[16]) {
   const __mmask16 cm = first_lanes(nc);
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) a[i] = i < nr ? _mm512_maskz_loadu_ps(cm, src + (rb + i) * ld + cb) : _mm512_setzero_ps();
+  for (int i = 0; i < 16; ++i)
+    a[i] = i < nr ? _mm512_maskz_loadu_ps(cm, src + (rb + i) * ld + cb) : _mm512_setzero_ps();
   transpose16(a);
 }
 
@@ -106,8 +107,8 @@ HLM_AVX512_TARGET void round_transposed_avx512(const float* src, i64 r0, i64 r1,
         const i64 r = rb + 2 * i;
         const __m512 lo = r < r1 ? _mm512_maskz_loadu_ps(cm, src + r * ld + cb) : _mm512_setzero_ps();
         const __m512 hi = r + 1 < r1 ? _mm512_maskz_loadu_ps(cm, src + (r + 1) * ld + cb) : _mm512_setzero_ps();
-        const __m512i w = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(to_bf16_upper(lo), 16), to_bf16_upper(hi));
-        a[i] = _mm512_castsi512_ps(w);
+        const __m512i w_lo = _mm512_srli_epi32(to_bf16_upper(lo), 16);
+        a[i] = _mm512_castsi512_ps(_mm512_mask_blend_epi16(0xAAAAAAAAu, w_lo, to_bf16_upper(hi)));
       }
       transpose16(a);
       for (i64 i = 0; i < nc; ++i) _mm512_mask_storeu_epi16(dst + (cb + i) * rows + rb, rm, _mm512_castps_si512(a[i]));
