@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "ops/avx512_masks.h"
 #include "ops/transpose16.h"
 
 // GCC 12's AVX-512 unpack/shuffle intrinsics start from _mm512_undefined_ps(): a false -Wmaybe-uninitialized.
@@ -43,10 +44,6 @@ struct alignas(64) TileConfig {
 static_assert(sizeof(TileConfig) == 64);
 
 constexpr i64 round16(i64 n) { return (n + 15) / 16 * 16; }
-
-HLM_AMX_TARGET inline __mmask16 lanes(i64 n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
-}
 
 // C (+)= A B on whole tiles: M, N, K2 multiples of 16; A [M, K2] pairs (row stride lda), B [K2, N] pairs (ldb),
 // C [M, N] fp32 (ldc). Strides are in elements (4 bytes each).
@@ -96,14 +93,15 @@ HLM_AMX_TARGET void pack_rows_padded(const Pair* src, i64 rs, i64 ks, i64 M, i64
   if (ks == 1) {
     for (i64 r = 0; r < Mp; ++r)
       for (i64 p = 0; p < K2p; p += 16)
-        _mm512_storeu_si512(dst + r * K2p + p, _mm512_maskz_loadu_epi32(lanes(r < M ? K2 - p : 0), src + r * rs + p));
+        _mm512_storeu_si512(dst + r * K2p + p,
+                            _mm512_maskz_loadu_epi32(first_lanes(r < M ? K2 - p : 0), src + r * rs + p));
     return;
   }
   if (rs == 1) {  // src is [K2, M] with row stride ks: transposed in 16 x 16 blocks
     for (i64 r0 = 0; r0 < Mp; r0 += 16)
       for (i64 p0 = 0; p0 < K2p; p0 += 16) {
         __m512 a[16];
-        const __mmask16 m = lanes(M - r0);
+        const __mmask16 m = first_lanes(M - r0);
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i)
           a[i] = p0 + i < K2 ? _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(src + (p0 + i) * ks + r0))
@@ -146,11 +144,11 @@ HLM_AMX_TARGET void amx_product(i64 M, i64 N, i64 K2, const Pair* A, i64 a_rs, i
     if (acc)
       for (i64 r = 0; r < Mp; ++r)
         for (i64 n = 0; n < Np; n += 16)
-          _mm512_storeu_ps(cp + r * Np + n, _mm512_maskz_loadu_ps(lanes(r < M ? N - n : 0), C + r * ldc + n));
+          _mm512_storeu_ps(cp + r * Np + n, _mm512_maskz_loadu_ps(first_lanes(r < M ? N - n : 0), C + r * ldc + n));
     tiles(Mp, Np, K2p, a, lda, b, lb, cp, Np, acc);
     for (i64 r = 0; r < M; ++r)
       for (i64 n = 0; n < N; n += 16)
-        _mm512_mask_storeu_ps(C + r * ldc + n, lanes(N - n), _mm512_loadu_ps(cp + r * Np + n));
+        _mm512_mask_storeu_ps(C + r * ldc + n, first_lanes(N - n), _mm512_loadu_ps(cp + r * Np + n));
   }
   _tile_release();
 }

@@ -13,6 +13,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "ops/avx512_masks.h"
 #include "ops/transpose16.h"
 
 // GCC 12's AVX-512 unpack/shuffle intrinsics start from _mm512_undefined_ps(): a false -Wmaybe-uninitialized.
@@ -24,10 +25,6 @@
 
 namespace hlm::ops::bf16_pairs {
 namespace {
-
-HLM_BF16_TARGET inline __mmask16 first_lanes(i64 n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
-}
 
 // Same-size vector casts reinterpret the bits (GCC and clang vector extensions).
 HLM_BF16_TARGET inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }

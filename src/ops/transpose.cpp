@@ -11,6 +11,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "ops/avx512_masks.h"
 #include "ops/transpose16.h"
 
 // GCC 12's AVX-512 unpack/shuffle intrinsics start from _mm512_undefined_ps(): a false -Wmaybe-uninitialized.
@@ -68,10 +69,6 @@ void add_transposed_tiles(const float* src, i64 r0, i64 r1, i64 rows, i64 cols, 
 }
 
 #if defined(__x86_64__)
-HLM_AVX512_TARGET inline __mmask16 first_lanes(i64 n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : (1u << n) - 1u);
-}
-
 // Rows [rb, rb + nr) x columns [cb, cb + nc) of src as 16 registers, transposed: a[i] = column cb + i.
 HLM_AVX512_TARGET inline void load_tile_t(const float* src, i64 ld, i64 rb, i64 nr, i64 cb, i64 nc, __m512 a[16]) {
   const __mmask16 cm = first_lanes(nc);
