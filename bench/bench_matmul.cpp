@@ -211,7 +211,8 @@ BENCHMARK(BM_LinearBf16)->Args({8192, 768, 256})->Args({2048, 2048, 2048})->Unit
 // ops::linear_backward_bf16 (arg transposed): 0, x rounded in rows and the product dy^T x (oneDNN's source
 // transposed); 1, x rounded transposed, dW^T = x^T dy as a plain product, added transposed onto dW (what
 // linear_backward does under bf16). dy arrives rounded (its rows also feed dx). Alone, with warm caches, the two forms
-// are within a few percent; inside a training step the first runs at 0.8-0.95x the second's rate (docs/precision.md).
+// are within a few percent; inside a training step the first ran at 0.8-0.95x the second's rate (Zen 4, AVX512_BF16;
+// docs/precision.md).
 void BM_WeightGradBf16(benchmark::State& st) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
   const bool transposed = st.range(0) != 0;

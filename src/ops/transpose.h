@@ -1,8 +1,9 @@
 #pragma once
-// Transposing passes for the bf16 weight gradient. Inside a training step oneDNN's bf16 kernels multiply a transposed
-// source (dW = dy^T x, K = tokens) at 0.8-0.95x the rate of the same product in plain rows (docs/precision.md); the
-// linear layers' backward instead rounds x into its transpose (one pass, as the plain rounding it replaces), computes
-// dW^T = x^T dy as a plain product and adds its transpose onto dW (in x out floats: small beside the product).
+// Transposing passes for the bf16 weight gradient. Inside a training step (Zen 4, AVX512_BF16) oneDNN's bf16 kernels
+// multiply a transposed source (dW = dy^T x, K = tokens) at 0.8-0.95x the rate of the same product in plain rows
+// (docs/precision.md); the linear layers' backward instead rounds x into its transpose (one pass, as the plain
+// rounding it replaces), computes dW^T = x^T dy as a plain product and adds its transpose onto dW (in x out floats:
+// small beside the product).
 #include "core/tensor.h"
 #include "ops/matmul_bf16.h"
 
