@@ -34,6 +34,19 @@ constexpr int kMaxNV = 3;
 constexpr int kMaxNV = 4;
 #endif
 
+// Keeps a loaded vector in its register. Without this GCC 12 folds each load of B into every FMA that reads it (a
+// memory operand), so a 4 x 4 step issues 16 vector loads and 4 broadcasts for its 16 FMAs, and the loads, not the
+// FMAs, set the pace: ~80% of the FMA peak on Zen 4, which loads one 512-bit vector a cycle (Intel cores load two
+// a cycle for their two FMAs: the same ratio). With B pinned: 4 loads and 4 broadcasts (docs/performance.md, "The
+// micro-kernel's loads").
+HWY_INLINE void pin_register(VF& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
+  asm("" : "+v"(v.raw));
+#else
+  (void)v;  // NEON's FMA has no memory operand
+#endif
+}
+
 // C[MR x n] (+)= A[MR x K] B[K x n], n = L*(NV-1) + n_last. A element (row r, k) is A[r*a_rs + k*a_ks] (so A^T is
 // a_rs = 1); B is row-major with row stride ldb. FULL: the last vector is whole (n_last == L), so no masked loads
 // and stores.
@@ -57,8 +70,10 @@ void mk(i64 K, const float* A, i64 a_rs, i64 a_ks, const float* B, i64 ldb, floa
     const float* a = A + k * a_ks;
     VF bv[NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v)
+    for (int v = 0; v < NV; ++v) {
       bv[v] = (!FULL && v == NV - 1) ? load_first(d, last, b + L * v, n_last) : hn::LoadU(d, b + L * v);
+      pin_register(bv[v]);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const VF av = hn::Set(d, a[r * a_rs]);
