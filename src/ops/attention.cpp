@@ -223,19 +223,26 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               }
               const DF d;
               const VF ninf = hn::Set(d, kNegInf);
+              // In a tile every query of which sees every key the masks below are all true: skipped (same bits).
+              const bool unmasked = tm.all_see_all;
+              const auto all_lanes = hn::FirstN(d, hn::Lanes(d));
               for (int q0 = 16 * qv; q0 < 16 * qv + 16; q0 += static_cast<int>(hn::Lanes(d))) {
                 const VI qidx = hn::Iota(DI(), q0);
                 VF vmax = ninf;
-                for (int c = ca; c <= cz; ++c)
-                  vmax = hn::Max(vmax, hn::IfThenElse(in_range(qidx, tm.ql[c], tm.qh[c]),
-                                                      hn::LoadU(d, st + c * kTile + q0), ninf));
+                if (unmasked)
+                  for (int c = ca; c <= cz; ++c) vmax = hn::Max(vmax, hn::LoadU(d, st + c * kTile + q0));
+                else
+                  for (int c = ca; c <= cz; ++c)
+                    vmax = hn::Max(vmax, hn::IfThenElse(in_range(qidx, tm.ql[c], tm.qh[c]),
+                                                        hn::LoadU(d, st + c * kTile + q0), ninf));
                 const VF m_old = hn::Load(d, m + q0), m_new = hn::Max(m_old, vmax);
                 // Lanes that had no key yet get alpha = 0 (their O and l are still zero).
                 const VF a = exp2_masked(d, hn::Sub(m_old, m_new), hn::Ne(m_old, ninf));
                 VF vsum = hn::Zero(d);
                 for (int c = ca; c <= cz; ++c) {
                   float* sc = st + c * kTile + q0;
-                  const VF p = exp2_masked(d, hn::Sub(hn::LoadU(d, sc), m_new), in_range(qidx, tm.ql[c], tm.qh[c]));
+                  const auto seen = unmasked ? all_lanes : in_range(qidx, tm.ql[c], tm.qh[c]);
+                  const VF p = exp2_masked(d, hn::Sub(hn::LoadU(d, sc), m_new), seen);
                   vsum = hn::Add(vsum, p);
                   hn::StoreU(p, d, sc);
                 }

@@ -105,11 +105,14 @@ struct TileMask {
   // per 4-key block: 16-query vectors [w0, w1) that see any of its keys (v0 == v1 etc.: nothing)
   int v0[kTile / kRB], v1[kTile / kRB], kb[kTile / kRB], ke[kTile / kRB];
   int w0[kTile / kRB], w1[kTile / kRB];
+  bool all_see_all;  // whole tiles, every query sees every key (below the diagonal, inside the window): no masks
   // i0: key index of the tile's first query (its diagonal), k0: the key tile's first key index.
   void build(const int32_t* lo_row, i64 i0, int nq, i64 k0, int nk) {
+    all_see_all = nq == kTile && nk == kTile;
     for (int r = 0; r < nq; ++r) {
       cl[r] = static_cast<int>(std::max<i64>(lo_row[r] - k0, 0));
       ch[r] = static_cast<int>(std::min<i64>(i0 + r - k0, nk - 1));
+      all_see_all = all_see_all && cl[r] == 0 && ch[r] == nk - 1;
     }
     for (int rb = 0; rb * kRB < nq; ++rb) {
       int a = kTile, b = -1;

@@ -40,6 +40,19 @@ HWY_INLINE V pow2i(D d, V n) {
   return hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
 }
 
+// p * 2^n for integral n in [-126, 127] (held in a float vector). On AVX-512 one vscalefps instead of the float to
+// int conversion (Highway's carries a fix-up for out-of-range lanes), shift, add and multiply of pow2i: the same
+// exactly scaled, once rounded product, so the same bits.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V mul_pow2(D d, V p, V n) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (sizeof(V) == 64) return V{_mm512_scalef_ps(p.raw, n.raw)};
+  if constexpr (sizeof(V) == 32) return V{_mm256_scalef_ps(p.raw, n.raw)};
+  if constexpr (sizeof(V) == 16) return V{_mm_scalef_ps(p.raw, n.raw)};
+#endif
+  return hn::Mul(p, pow2i(d, n));
+}
+
 // 2^x; 0 where x < -125 (where 2^x is near or below the subnormal range) or where `valid` is false.
 template <class D, class V = hn::Vec<D>, class M = hn::Mask<D>>
 HWY_INLINE V exp2_masked(D d, V x, M valid) {
@@ -47,7 +60,7 @@ HWY_INLINE V exp2_masked(D d, V x, M valid) {
   x = hn::Min(hn::IfThenElseZero(valid, x), hn::Set(d, 127.f));  // also clears NaN (-inf - -inf) lanes
   const V n = hn::Round(x);
   const V r = hn::Mul(hn::Sub(x, n), hn::Set(d, 0.6931471805599453f));
-  return hn::IfThenElseZero(valid, hn::Mul(exp_reduced(d, r), pow2i(d, n)));
+  return hn::IfThenElseZero(valid, mul_pow2(d, exp_reduced(d, r), n));
 }
 
 // e^x on [-87.3, 88.37] (Cody-Waite reduction), 0 below, saturated above: ops/fast_exp.h on vectors.
@@ -58,7 +71,7 @@ HWY_INLINE V exp(D d, V x) {
   const V n = hn::Round(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)));
   V r = hn::NegMulAdd(n, hn::Set(d, 0.693145751953125f), xc);
   r = hn::NegMulAdd(n, hn::Set(d, 1.42860682030941723212e-6f), r);
-  return hn::IfThenZeroElse(hn::Lt(x, lo), hn::Mul(exp_reduced(d, r), pow2i(d, n)));
+  return hn::IfThenZeroElse(hn::Lt(x, lo), mul_pow2(d, exp_reduced(d, r), n));
 }
 
 // logistic(x) = sigmoid(x) = 1 / (1 + e^-x) through exp() above, which is 0 / saturated at the extremes: stays finite.
