@@ -223,7 +223,7 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
               }
               const DF d;
               const VF ninf = hn::Set(d, kNegInf);
-              // In a tile every query of which sees every key the masks below are all true: skipped (same bits).
+              // Where every query of the tile sees every key, the masks below are all true: skipped (same bits).
               const bool unmasked = tm.all_see_all;
               const auto all_lanes = hn::FirstN(d, hn::Lanes(d));
               for (int q0 = 16 * qv; q0 < 16 * qv + 16; q0 += static_cast<int>(hn::Lanes(d))) {
