@@ -17,7 +17,8 @@
 
 #include "core/tensor.h"
 #include "ops/simd_math-inl.h"
-#include "ops/transpose16.h"  // x86-64 only, used on the AVX3 targets
+#include "ops/avx512_masks.h"  // x86-64 only, used on the AVX3 targets
+#include "ops/transpose16.h"     // likewise
 
 HWY_BEFORE_NAMESPACE();
 namespace hlm::ops::HWY_NAMESPACE::micro {
@@ -120,8 +121,7 @@ inline void transpose_rows(const float* src, i64 stride, i64 n, i64 n_pad, i64 K
   for (i64 j0 = 0; j0 < n_pad; j0 += 16)
     for (i64 k0 = 0; k0 < K; k0 += 16) {
       const i64 nj = std::min<i64>(16, n_pad - j0), nk = std::min<i64>(16, K - k0);
-      const __mmask16 km = static_cast<__mmask16>(nk == 16 ? 0xFFFFu : (1u << nk) - 1u);
-      const __mmask16 jm = static_cast<__mmask16>(nj == 16 ? 0xFFFFu : (1u << nj) - 1u);
+      const __mmask16 km = first_lanes(nk), jm = first_lanes(nj);
       __m512 a[16];
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
