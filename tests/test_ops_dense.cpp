@@ -20,6 +20,7 @@
 #include "ops/embedding.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
+#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/small_gemm.h"
@@ -341,6 +342,49 @@ TEST(RMSNorm, ForwardAndGradientsMatchDoubleReferenceWithAndWithoutWeight) {
       for (i64 d = 0; d < D; ++d) dw_fd[d] = dw0[d] + fd_grad(wd, d, loss, 1e-5);
       EXPECT_TRUE(close_rel(dw, dw_fd, 1e-5, "rmsnorm dw (accumulated)"));
     }
+  }
+}
+
+// The model's fused residual forms: the add folded into the norm's pass (forward), the gradient added onto the
+// residual stream's (backward). Each must give the bits of the two separate steps it replaces.
+TEST(RMSNorm, ResidualFormsEqualTheSeparateAddBitForBit) {
+  for (i64 D : {45, 256}) {  // 45: a partial vector at each row's end on every target
+    SCOPED_TRACE(D);
+    const i64 N = 37;
+    const float eps = 1e-5f;
+    auto h = randn(N * D, 41), r = randn(N * D, 42), w = randn(D, 43, 0.5), dy = randn(N * D, 44);
+    auto sum = h;
+    for (i64 i = 0; i < N * D; ++i) sum[i] += r[i];
+    auto y_ref = nan_vec(N * D), rstd_ref = nan_vec(N);
+    ops::rmsnorm_forward(sum.data(), w.data(), y_ref.data(), rstd_ref.data(), N, D, eps);
+    auto y = nan_vec(N * D), rstd = nan_vec(N);
+    ops::residual_rmsnorm_forward(h.data(), r.data(), w.data(), y.data(), rstd.data(), N, D, eps);
+    EXPECT_EQ(h, sum);  // h += r in place
+    EXPECT_EQ(y, y_ref);
+    EXPECT_EQ(rstd, rstd_ref);
+
+    auto g = nan_vec(N * D), dw_ref = randn(D, 45);
+    auto dw = dw_ref;
+    ops::rmsnorm_backward(sum.data(), w.data(), rstd.data(), dy.data(), g.data(), dw_ref.data(), N, D);
+    auto dres = randn(N * D, 46);
+    auto dres_ref = dres;
+    for (i64 i = 0; i < N * D; ++i) dres_ref[i] += g[i];
+    ops::rmsnorm_backward(sum.data(), w.data(), rstd.data(), dy.data(), dres.data(), dw.data(), N, D,
+                          /*accumulate_dx=*/true);
+    EXPECT_EQ(dres, dres_ref);
+    EXPECT_EQ(dw, dw_ref);
+  }
+  std::vector<float> x(8, 1.f), rs(1, 1.f);
+  EXPECT_THROW(ops::rmsnorm_backward(x.data(), nullptr, rs.data(), x.data(), x.data(), nullptr, 1, 8, true), Error);
+}
+
+TEST(ResidualAdd, AddsEveryElementAcrossThreads) {
+  for (i64 n : {0, 7, 100000}) {  // 100000: split across threads where there are several
+    auto dst = randn(n, 51), src = randn(n, 52);
+    auto want = dst;
+    for (i64 i = 0; i < n; ++i) want[i] += src[i];
+    ops::residual_add(dst.data(), src.data(), n);
+    EXPECT_EQ(dst, want) << n;
   }
 }
 

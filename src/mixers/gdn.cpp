@@ -171,6 +171,8 @@ GatedDeltaNetMixer::BackwardBuffers GatedDeltaNetMixer::backward_buffers(Alloc& 
   b.dqkv = arena.floats(N * 3 * HK, "gdn dqkv");
   b.dg = arena.floats(N * H_, "gdn dg");
   b.dbeta = arena.floats(N * H_, "gdn dbeta");
+  // Doubles in the 64-byte-aligned float arena: two floats each.
+  b.gate_terms = reinterpret_cast<double*>(arena.floats(2 * 2 * N * H_, "gdn gate-gradient terms"));
   return b;
 }
 
@@ -240,24 +242,37 @@ void GatedDeltaNetMixer::backward(const float* x, const float* dy, float* dx, co
   ops::l2norm_backward<float>(sv.qkv + HK, C3, sv.rk, dqkv + HK, C3, dqkv + HK, C3, N, H_, K_, 1.f);
 
   // Gates: d b = dbeta beta (1 - beta); d a = dg (-exp(A_log)) sigmoid(a + dt_bias) = d dt_bias;
-  // d A_log = dg g. The per-head sums run serially over tokens (N*H terms, fixed order).
+  // d A_log = dg g. The terms (three exps each) across threads, kept in double; the per-head sums then run serially
+  // over tokens (N*H terms, fixed order: the same bits for any thread count).
   {
     const float* alog = P(off_alog_);
     const float* dtb = P(off_dtb_);
+    double* da_t = bb.gate_terms;           // [N, H] d a
+    double* dA_t = bb.gate_terms + N * H_;  // [N, H] dg g
+    parallel_for(
+        N,
+        [&](i64 lo, i64 hi) {
+          for (i64 n = lo; n < hi; ++n) {
+            const float* r = sv.proj + n * S + 4 * HK;
+            float* dr = dproj + n * S + 4 * HK;
+            for (i64 h = 0; h < H_; ++h) {
+              // beta (1 - beta) from the pre-activation in double: 1 - beta of the float beta cancels when beta ~ 1.
+              const double be = sigmoid(r[h]), gg = dg[n * H_ + h];
+              dr[h] = static_cast<float>(dbeta[n * H_ + h] * be * (1.0 - be));
+              const double da = -gg * std::exp(static_cast<double>(alog[h])) * sigmoid(double(r[H_ + h]) + dtb[h]);
+              dr[H_ + h] = static_cast<float>(da);
+              da_t[n * H_ + h] = da;
+              dA_t[n * H_ + h] = gg * sv.g[n * H_ + h];
+            }
+          }
+        },
+        256);
     std::vector<double> dA(static_cast<size_t>(H_), 0.0), dB(static_cast<size_t>(H_), 0.0);
-    for (i64 n = 0; n < N; ++n) {
-      const float* r = sv.proj + n * S + 4 * HK;
-      float* dr = dproj + n * S + 4 * HK;
+    for (i64 n = 0; n < N; ++n)
       for (i64 h = 0; h < H_; ++h) {
-        // beta (1 - beta) from the pre-activation in double: 1 - beta of the float beta cancels when beta ~ 1.
-        const double be = sigmoid(r[h]), gg = dg[n * H_ + h];
-        dr[h] = static_cast<float>(dbeta[n * H_ + h] * be * (1.0 - be));
-        const double da = -gg * std::exp(static_cast<double>(alog[h])) * sigmoid(double(r[H_ + h]) + dtb[h]);
-        dr[H_ + h] = static_cast<float>(da);
-        dB[h] += da;
-        dA[h] += gg * sv.g[n * H_ + h];
+        dB[h] += da_t[n * H_ + h];
+        dA[h] += dA_t[n * H_ + h];
       }
-    }
     for (i64 h = 0; h < H_; ++h) {
       G(off_alog_)[h] += static_cast<float>(dA[h]);
       G(off_dtb_)[h] += static_cast<float>(dB[h]);

@@ -92,6 +92,7 @@ class GatedDeltaNetMixer final : public Mixer {
     float* dqkv = nullptr;   // [B*T, 3HK]
     float* dg = nullptr;     // [B*T, H]
     float* dbeta = nullptr;  // [B*T, H]
+    double* gate_terms = nullptr;  // [2, B*T, H] the gate gradients' per-token terms, summed in token order
   };
   template <class Alloc> RunBuffers run_buffers(Alloc& arena, i64 B, i64 T, i64 chunk_states) const;
   template <class Alloc> PrefillBuffers prefill_buffers(Alloc& arena, i64 B, i64 T, bool span) const;

@@ -12,6 +12,7 @@
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
+#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 #include "ops/transpose.h"
@@ -152,9 +153,8 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   a.h = arena_.floats(N * D, "residual mid");
   mixers_[l]->forward(n, a.h, s, arena_);  // h = mixer(norm1(x))
   check("mixer output", l, a.h, N * D);
-  for (i64 i = 0; i < N * D; ++i) a.h[i] += a.x[i];
   a.rstd2 = arena_.floats(N, "rstd2");
-  ops::rmsnorm_forward(a.h, params() + o.ln2, n, a.rstd2, N, D, eps);
+  ops::residual_rmsnorm_forward(a.h, a.x, params() + o.ln2, n, a.rstd2, N, D, eps);  // h += x, then norm2(h)
   a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
   ops::linear_forward(n, params() + o.w_gate_up, a.gu, N, D, 2 * F);
   if (!out) out = arena_.floats(N * D, "residual");
@@ -173,7 +173,7 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   }
   arena_.release_to(act_mark);
   check("mlp output", l, out, N * D);
-  for (i64 i = 0; i < N * D; ++i) out[i] += a.h[i];
+  ops::residual_add(out, a.h, N * D);
   return out;
 }
 
@@ -347,19 +347,18 @@ void Model::backward_below_head(const BackwardBuffers& g) {
       ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
       ops::swiglu_backward(a.gu, da, dgu, N, F, da);
       ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
-      // norm2(h) again into dtmp (free until the norm's backward writes it).
+      // norm2(h) again into dtmp (free scratch here).
       recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
       ops::linear_backward(dtmp, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
     }
     arena_.release_to(mlp_mark);
-    ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dtmp, grads() + o.ln2, N, D);
-    for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];  // dx is now d h
+    ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dx, grads() + o.ln2, N, D, /*accumulate_dx=*/true);
+    // dx is now d h
     // h = x + mixer(norm1(x)); norm1(x) again into dtmp, as above.
     recompute_norm(a.x, o.ln1, a.rstd1, dtmp);
     mixers_[l]->backward(dtmp, dx, dn, s, arena_);
     check("grad mixer input", l, dn, N * D);
-    ops::rmsnorm_backward(a.x, params() + o.ln1, a.rstd1, dn, dtmp, grads() + o.ln1, N, D);
-    for (i64 i = 0; i < N * D; ++i) dx[i] += dtmp[i];
+    ops::rmsnorm_backward(a.x, params() + o.ln1, a.rstd1, dn, dx, grads() + o.ln1, N, D, /*accumulate_dx=*/true);
     check("grad residual", l, dx, N * D);
     arena_.release_to(block_mark);
   }
@@ -403,12 +402,11 @@ void Model::prefill(const int32_t* tokens, i64 B, i64 T, DecodeState& st, float*
     if (T == 1) mixers_[l]->step(n, y, *st.layers[l], B);
     else mixers_[l]->prefill(n, y, B, T, *st.layers[l], infer_arena_);
     infer_arena_.release_to(mark);
-    for (i64 i = 0; i < N * D; ++i) x[i] += y[i];
-    ops::rmsnorm_forward(x, params() + o.ln2, n, rstd, N, D, eps);
+    ops::residual_rmsnorm_forward(x, y, params() + o.ln2, n, rstd, N, D, eps);
     ops::linear_forward(n, params() + o.w_gate_up, gu, N, D, 2 * F);
     ops::swiglu_forward(gu, a, N, F);
     ops::linear_forward(a, params() + o.w_down, y, N, F, D);
-    for (i64 i = 0; i < N * D; ++i) x[i] += y[i];
+    ops::residual_add(x, y, N * D);
   }
   ops::rmsnorm_forward(x, params() + off_norm_, n, rstd, N, D, eps);
   if (all_logits) ops::linear_forward(n, params() + off_head_, all_logits, N, D, V);

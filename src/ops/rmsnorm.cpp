@@ -26,17 +26,26 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-void rmsnorm_forward_impl(const float* x, const float* w, float* y, float* rstd, i64 N, i64 D, float eps) {
+// With res (residual_rmsnorm_forward): sum = x + res is stored first (sum may be x), row by row, and normalized; the
+// second pass reads the row back from L1.
+void rmsnorm_forward_impl(const float* x, const float* res, float* sum, const float* w, float* y, float* rstd, i64 N,
+                          i64 D, float eps) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     for (i64 n = b; n < e; ++n) {
       const float* xr = x + n * D;  // [D]
       float* yr = y + n * D;        // [D]
+      float* sr = res ? sum + n * D : nullptr;
       VF ss = hn::Zero(d);
       for_each_vector(d, D, [&](i64 i, size_t c) {
-        const VF v = load_part(d, xr + i, c);
+        VF v = load_part(d, xr + i, c);
+        if (sr) {
+          v = hn::Add(v, load_part(d, res + n * D + i, c));
+          store_part(d, v, sr + i, c);
+        }
         ss = hn::MulAdd(v, v, ss);
       });
+      if (sr) xr = sr;
       const float r = 1.f / std::sqrt(sum_lanes(d, ss) / static_cast<float>(D) + eps);
       rstd[n] = r;
       const VF rv = hn::Set(d, r);
@@ -52,7 +61,7 @@ void rmsnorm_forward_impl(const float* x, const float* w, float* y, float* rstd,
 // dw is reduced over fixed row chunks (one partial per chunk, summed in chunk order): deterministic for a
 // given thread count and no atomics.
 void rmsnorm_backward_impl(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
-                           i64 N, i64 D) {
+                           i64 N, i64 D, bool accumulate_dx) {
   const bool want_dw = w != nullptr && dw != nullptr;
   const i64 nchunks = std::max<i64>(1, std::min<i64>(num_threads(), N));
   std::vector<float> part(want_dw ? nchunks * D : 0, 0.f);  // [nchunks, D]
@@ -76,7 +85,8 @@ void rmsnorm_backward_impl(const float* x, const float* w, const float* rstd, co
       for_each_vector(d, D, [&](i64 i, size_t c) {
         const VF dyv = load_part(d, dyr + i, c), xv = load_part(d, xr + i, c);
         const VF g = w ? hn::Mul(dyv, load_part(d, w + i, c)) : dyv;
-        store_part(d, hn::NegMulAdd(c2, xv, hn::Mul(rv, g)), dxr + i, c);
+        const VF gx = hn::NegMulAdd(c2, xv, hn::Mul(rv, g));
+        store_part(d, accumulate_dx ? hn::Add(load_part(d, dxr + i, c), gx) : gx, dxr + i, c);
         if (pw) store_part(d, hn::MulAdd(hn::Mul(dyv, xv), rv, load_part(d, pw + i, c)), pw + i, c);
       });
     }
@@ -96,14 +106,23 @@ HWY_EXPORT(rmsnorm_backward_impl);
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, i64 N, i64 D, float eps) {
   HLM_CHECK(N >= 0 && D > 0 && eps >= 0.f, "rmsnorm_forward: bad shape x[{}, {}] eps={}", N, D, eps);
   init_simd();
-  HWY_DYNAMIC_DISPATCH(rmsnorm_forward_impl)(x, w, y, rstd, N, D, eps);
+  HWY_DYNAMIC_DISPATCH(rmsnorm_forward_impl)(x, nullptr, nullptr, w, y, rstd, N, D, eps);
+}
+
+void residual_rmsnorm_forward(float* h, const float* r, const float* w, float* y, float* rstd, i64 N, i64 D,
+                              float eps) {
+  HLM_CHECK(N >= 0 && D > 0 && eps >= 0.f && r != nullptr, "residual_rmsnorm_forward: bad shape h[{}, {}] eps={}",
+            N, D, eps);
+  init_simd();
+  HWY_DYNAMIC_DISPATCH(rmsnorm_forward_impl)(h, r, h, w, y, rstd, N, D, eps);
 }
 
 void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
-                      i64 N, i64 D) {
+                      i64 N, i64 D, bool accumulate_dx) {
   HLM_CHECK(N >= 0 && D > 0, "rmsnorm_backward: bad shape x[{}, {}]", N, D);
+  HLM_CHECK(!accumulate_dx || dx != x || N == 0, "rmsnorm_backward: dx cannot accumulate onto x itself");
   init_simd();
-  HWY_DYNAMIC_DISPATCH(rmsnorm_backward_impl)(x, w, rstd, dy, dx, dw, N, D);
+  HWY_DYNAMIC_DISPATCH(rmsnorm_backward_impl)(x, w, rstd, dy, dx, dw, N, D, accumulate_dx);
 }
 
 }  // namespace hlm::ops
