@@ -140,7 +140,10 @@ void attention_forward_impl(const AttentionArgs& a, float* o, float* lse) {
     int qv_a[kTile / 16], qv_z[kTile / 16];  // per 16-query vector: the keys any of its queries sees (z < 0: none)
     TileMask tm;
     Prefetcher pf;
-#pragma omp for schedule(static, 1)
+    // Items handed out as threads free up: each writes only its own outputs, so the bits do not depend on which
+    // thread runs it, and a vCPU that runs slower (or items that see fewer keys, with documents) leaves no thread
+    // waiting at the end for a fixed share.
+#pragma omp for schedule(dynamic, 1)
     for (i64 u = 0; u < n_units; ++u) {
       const i64 seg = u / (B * Hkv), b = (u / Hkv) % B, gh = u % Hkv;
       std::fill(packed.begin(), packed.end(), 0);
@@ -661,7 +664,7 @@ void attention_backward_impl(const AttentionArgs& a, const float* o, const float
 #pragma omp parallel if (g.par)
   {
     BackwardWork w(g, nseg, q, q_stride, k, v, kv_stride, o, lse, dout, dq, dk, dv, lo);
-#pragma omp for schedule(static, 1)
+#pragma omp for schedule(dynamic, 1)  // as in the forward: items write disjoint outputs
     for (i64 u = 0; u < n_units; ++u) {
       const i64 seg = u / (B * Hkv), b = (u / Hkv) % B, gh = u % Hkv;
       w.start_item(seg, b, gh, dk_part, dv_part, part_n);
