@@ -1,7 +1,8 @@
 #pragma once
 // The residual stream's adds (x += block output) over all threads. A pass over N*D floats is memory-bound, so the
-// plain loop the compiler vectorizes is as fast as a dispatched one; run on one thread it left the others idle for
-// ~3% of a training step (docs/performance.md).
+// plain loop the compiler vectorizes is as fast as a dispatched one. Run on one thread, a block's residual adds left
+// the other threads idle for 3-5% of a training step (docs/performance.md "Off the main thread"); the other adds are
+// folded into RMSNorm's passes (ops/rmsnorm.h).
 #include "core/tensor.h"
 
 namespace hlm::ops {
