@@ -352,8 +352,8 @@ void Model::backward_below_head(const BackwardBuffers& g) {
       ops::linear_backward(dtmp, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
     }
     arena_.release_to(mlp_mark);
+    // dx += d norm2 input: dx is now d h.
     ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dx, grads() + o.ln2, N, D, /*accumulate_dx=*/true);
-    // dx is now d h
     // h = x + mixer(norm1(x)); norm1(x) again into dtmp, as above.
     recompute_norm(a.x, o.ln1, a.rstd1, dtmp);
     mixers_[l]->backward(dtmp, dx, dn, s, arena_);

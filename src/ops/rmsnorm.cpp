@@ -111,8 +111,8 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, i64 
 
 void residual_rmsnorm_forward(float* h, const float* r, const float* w, float* y, float* rstd, i64 N, i64 D,
                               float eps) {
-  HLM_CHECK(N >= 0 && D > 0 && eps >= 0.f && r != nullptr, "residual_rmsnorm_forward: bad shape h[{}, {}] eps={}",
-            N, D, eps);
+  HLM_CHECK(N >= 0 && D > 0 && eps >= 0.f, "residual_rmsnorm_forward: bad shape h[{}, {}] eps={}", N, D, eps);
+  HLM_CHECK(r != nullptr, "residual_rmsnorm_forward: no residual to add (r is null; use rmsnorm_forward)");
   init_simd();
   HWY_DYNAMIC_DISPATCH(rmsnorm_forward_impl)(h, r, h, w, y, rstd, N, D, eps);
 }
