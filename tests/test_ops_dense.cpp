@@ -16,11 +16,11 @@
 
 #include "core/aligned.h"
 #include "core/error.h"
+#include "ops/add.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
-#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/small_gemm.h"
@@ -378,12 +378,12 @@ TEST(RMSNorm, ResidualFormsEqualTheSeparateAddBitForBit) {
   EXPECT_THROW(ops::rmsnorm_backward(x.data(), nullptr, rs.data(), x.data(), x.data(), nullptr, 1, 8, true), Error);
 }
 
-TEST(ResidualAdd, AddsEveryElementAcrossThreads) {
+TEST(AddInto, AddsEveryElementAcrossThreads) {
   for (i64 n : {0, 7, 100000}) {  // 100000: split across threads where there are several
     auto dst = randn(n, 51), src = randn(n, 52);
     auto want = dst;
     for (i64 i = 0; i < n; ++i) want[i] += src[i];
-    ops::residual_add(dst.data(), src.data(), n);
+    ops::add_into(dst.data(), src.data(), n);
     EXPECT_EQ(dst, want) << n;
   }
 }

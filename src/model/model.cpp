@@ -7,12 +7,12 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/add.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
-#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 #include "ops/transpose.h"
@@ -173,7 +173,7 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   }
   arena_.release_to(act_mark);
   check("mlp output", l, out, N * D);
-  ops::residual_add(out, a.h, N * D);
+  ops::add_into(out, a.h, N * D);
   return out;
 }
 
@@ -406,7 +406,7 @@ void Model::prefill(const int32_t* tokens, i64 B, i64 T, DecodeState& st, float*
     ops::linear_forward(n, params() + o.w_gate_up, gu, N, D, 2 * F);
     ops::swiglu_forward(gu, a, N, F);
     ops::linear_forward(a, params() + o.w_down, y, N, F, D);
-    ops::residual_add(x, y, N * D);
+    ops::add_into(x, y, N * D);
   }
   ops::rmsnorm_forward(x, params() + off_norm_, n, rstd, N, D, eps);
   if (all_logits) ops::linear_forward(n, params() + off_head_, all_logits, N, D, V);

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/simd_target.h"
+#include "ops/add.h"
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
@@ -152,14 +153,7 @@ inline i64 split(i64 n, i64 g, i64 G) { return n * g / G; }
 
 // dst[0, n) += parts[0][0, n) + parts[1][0, n) + ... (count partials of n floats each), in partial order.
 void add_partials(float* dst, const float* parts, i64 count, i64 n) {
-  if (count <= 0) return;
-  parallel_for(n, [&](i64 b, i64 e) {
-    for (i64 j = 0; j < count; ++j) {
-      const float* src = parts + j * n;
-#pragma omp simd
-      for (i64 k = b; k < e; ++k) dst[k] += src[k];
-    }
-  }, 4096);
+  for (i64 j = 0; j < count; ++j) add_into(dst, parts + j * n, n);
 }
 
 }  // namespace
