@@ -8,6 +8,7 @@
 // on a product whose output rows start 16 bytes off a cache line (where malloc puts large blocks).
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <utility>
@@ -191,6 +192,42 @@ BENCHMARK(BM_MatmulOutputSize)
 // 64-byte aligned).
 void BM_MatmulBf16RowStride(benchmark::State& st) { run_matmul_bf16(st, false, true, 8192, 1160, 256, st.range(0)); }
 BENCHMARK(BM_MatmulBf16RowStride)->ArgName("ldc")->Arg(1160)->Arg(1168)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// A bf16 product threaded by oneDNN (split 0) or split by rows into one block per thread, each block a
+// single-threaded oneDNN product inside one parallel region (split 1; blocks of 16 rows, so every block's output
+// starts on a cache line), at the bench config's linear-layer shapes. Alone, warm, on Zen 4 (2 threads) the split
+// ran the K = 256 forward products 5-14% faster and the few-row weight gradients (K = 8192) up to 8% slower; inside
+// training steps the products ran at the same rates either way (docs/performance.md "bf16 products split by rows").
+// Args: split, trans_b, M, N, K (C[M,N] = A[M,K] op(B), A in rows).
+void BM_MatmulBf16RowSplit(benchmark::State& st) {
+  if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
+  const bool split = st.range(0) != 0, tb = st.range(1) != 0;
+  const i64 M = st.range(2), N = st.range(3), K = st.range(4), ldb = tb ? K : N;
+  hlm::aligned_vector<hlm::ops::bf16> A(M * K), B(N * K);
+  hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
+  hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
+  hlm::aligned_vector<float> C(M * N);
+  const int threads = split ? omp_get_max_threads() : 1;
+  for (auto _ : st) {
+#pragma omp parallel num_threads(threads)
+    {
+      const i64 blocks = (M + 15) / 16, t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const i64 r0 = 16 * (blocks * t / nt), r1 = std::min(M, 16 * (blocks * (t + 1) / nt));
+      if (r0 < r1)
+        hlm::ops::matmul_bf16(false, tb, r1 - r0, N, K, 1.f, A.data() + r0 * K, K, B.data(), ldb, 0.f,
+                              C.data() + r0 * N, N);
+    }
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_gflops(st, 2.0 * M * N * K);
+}
+BENCHMARK(BM_MatmulBf16RowSplit)
+    ->ArgNames({"split", "tb", "M", "N", "K"})
+    ->ArgsProduct({{0, 1}, {1}, {8192}, {768, 1160, 1536}, {256}})
+    ->ArgsProduct({{0, 1}, {0}, {8192}, {256}, {768, 1536}})
+    ->ArgsProduct({{0, 1}, {0}, {256, 768}, {1536, 256}, {8192}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // linear_forward under bf16: rounding x and W to bf16 at every call, then the product (what a layer pays).
 void BM_LinearBf16(benchmark::State& st) {
