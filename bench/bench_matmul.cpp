@@ -196,8 +196,9 @@ BENCHMARK(BM_MatmulBf16RowStride)->ArgName("ldc")->Arg(1160)->Arg(1168)->Unit(be
 // A bf16 product threaded by oneDNN (split 0) or split by rows into one block per thread, each block a
 // single-threaded oneDNN product inside one parallel region (split 1; blocks of 16 rows, so every block's output
 // starts on a cache line), at the bench config's linear-layer shapes. Alone, warm, on Zen 4 (2 threads) the split
-// ran the K = 256 forward products 5-14% faster and the few-row weight gradients (K = 8192) up to 8% slower; inside
-// training steps the products ran at the same rates either way (docs/performance.md "bf16 products split by rows").
+// ran most of the 8192-row products 1-15% faster (one 7% slower) and the weight gradients (K = 8192) within 7% either
+// way; inside training steps the products ran at the same rates either way (docs/performance.md "bf16 products split
+// by rows").
 // Args: split, trans_b, M, N, K (C[M,N] = A[M,K] op(B), A in rows).
 void BM_MatmulBf16RowSplit(benchmark::State& st) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
@@ -207,15 +208,20 @@ void BM_MatmulBf16RowSplit(benchmark::State& st) {
   hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
   hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
   hlm::aligned_vector<float> C(M * N);
-  const int threads = split ? omp_get_max_threads() : 1;
+  auto rows = [&](i64 r0, i64 r1) {
+    hlm::ops::matmul_bf16(false, tb, r1 - r0, N, K, 1.f, A.data() + r0 * K, K, B.data(), ldb, 0.f, C.data() + r0 * N,
+                          N);
+  };
   for (auto _ : st) {
-#pragma omp parallel num_threads(threads)
-    {
-      const i64 blocks = (M + 15) / 16, t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const i64 r0 = 16 * (blocks * t / nt), r1 = std::min(M, 16 * (blocks * (t + 1) / nt));
-      if (r0 < r1)
-        hlm::ops::matmul_bf16(false, tb, r1 - r0, N, K, 1.f, A.data() + r0 * K, K, B.data(), ldb, 0.f,
-                              C.data() + r0 * N, N);
+    if (!split) {
+      rows(0, M);
+    } else {
+#pragma omp parallel
+      {
+        const i64 blocks = (M + 15) / 16, t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const i64 r0 = 16 * (blocks * t / nt), r1 = std::min(M, 16 * (blocks * (t + 1) / nt));
+        if (r0 < r1) rows(r0, r1);
+      }
     }
     benchmark::DoNotOptimize(C.data());
   }
