@@ -8,13 +8,13 @@
 // on a product whose output rows start 16 bytes off a cache line (where malloc puts large blocks).
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "core/aligned.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/cross_entropy.h"
 #include "ops/matmul.h"
@@ -142,14 +142,19 @@ BENCHMARK(BM_MatmulLayout)->Apply([](benchmark::internal::Benchmark* b) {
   linear_layer_products(b, 2048, 128, 384);
 });
 
+// n standard normal values rounded to bf16.
+hlm::aligned_vector<hlm::ops::bf16> randn_bf16(i64 n, uint64_t seed) {
+  hlm::aligned_vector<hlm::ops::bf16> v(n);
+  hlm::ops::round_to_bf16(randn(n, seed, 1.0).data(), 1, n, n, v.data());
+  return v;
+}
+
 // C[M,N] = op(A) op(B) in bf16 x bf16 -> fp32, operands already rounded (row-major, dense strides).
 // ldc: C's row stride (default N, dense).
 void run_matmul_bf16(benchmark::State& st, bool ta, bool tb, i64 M, i64 N, i64 K, i64 ldc = 0) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
   if (ldc == 0) ldc = N;
-  hlm::aligned_vector<hlm::ops::bf16> A(M * K), B(N * K);
-  hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
-  hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
+  const auto A = randn_bf16(M * K, 1), B = randn_bf16(N * K, 2);
   hlm::aligned_vector<float> C(M * ldc);
   for (auto _ : st) {
     hlm::ops::matmul_bf16(ta, tb, M, N, K, 1.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.f, C.data(), ldc);
@@ -204,25 +209,17 @@ void BM_MatmulBf16RowSplit(benchmark::State& st) {
   if (!hlm::ops::bf16_matmul_available()) return st.SkipWithError("no bf16 matmul on this CPU");
   const bool split = st.range(0) != 0, tb = st.range(1) != 0;
   const i64 M = st.range(2), N = st.range(3), K = st.range(4), ldb = tb ? K : N;
-  hlm::aligned_vector<hlm::ops::bf16> A(M * K), B(N * K);
-  hlm::ops::round_to_bf16(randn(M * K, 1, 1.0).data(), M, K, K, A.data());
-  hlm::ops::round_to_bf16(randn(N * K, 2, 1.0).data(), N, K, K, B.data());
+  const auto A = randn_bf16(M * K, 1), B = randn_bf16(N * K, 2);
   hlm::aligned_vector<float> C(M * N);
   auto rows = [&](i64 r0, i64 r1) {
     hlm::ops::matmul_bf16(false, tb, r1 - r0, N, K, 1.f, A.data() + r0 * K, K, B.data(), ldb, 0.f, C.data() + r0 * N,
                           N);
   };
   for (auto _ : st) {
-    if (!split) {
+    if (split)  // blocks of 16 rows, a contiguous run of them per thread
+      hlm::parallel_for((M + 15) / 16, [&](i64 b, i64 e) { rows(16 * b, std::min(M, 16 * e)); });
+    else
       rows(0, M);
-    } else {
-#pragma omp parallel
-      {
-        const i64 blocks = (M + 15) / 16, t = omp_get_thread_num(), nt = omp_get_num_threads();
-        const i64 r0 = 16 * (blocks * t / nt), r1 = std::min(M, 16 * (blocks * (t + 1) / nt));
-        if (r0 < r1) rows(r0, r1);
-      }
-    }
     benchmark::DoNotOptimize(C.data());
   }
   set_gflops(st, 2.0 * M * N * K);
