@@ -4,10 +4,12 @@
 // pass reads and writes once. Compare SIMD targets in one sitting with HLM_SIMD=fallback / AVX2 / AVX3.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/rng.h"
 #include "ops/l2norm.h"
+#include "ops/matmul_bf16.h"
 #include "ops/mixer_gates.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -41,6 +43,27 @@ void BM_SwiGLUForwardBackward(benchmark::State& st) {
   set_bytes(st, kN * kF * (3.0 + 5.0));  // forward: gu in, h out; backward: gu, dh in, dgu out
 }
 BENCHMARK(BM_SwiGLUForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The bf16 step's variants: the same passes reading gate|up in bf16 and writing h and d gate|up rounded to bf16, dgu
+// over dh's memory and the product into its own buffer, as the model's bf16 MLP backward calls them.
+void BM_SwiGLUForwardBackwardBf16(benchmark::State& st) {
+  const auto gu32 = randn(kN * 2 * kF, 1), dh0 = randn(kN * kF, 2);
+  std::vector<hlm::ops::bf16> gu(gu32.size());
+  hlm::ops::round_to_bf16(gu32.data(), 1, kN * 2 * kF, kN * 2 * kF, gu.data());
+  std::vector<float> dh = dh0;
+  std::vector<hlm::ops::bf16> h(kN * kF);
+  for (auto _ : st) {
+    st.PauseTiming();  // the backward overwrote dh with d gate|up
+    std::copy(dh0.begin(), dh0.end(), dh.begin());
+    st.ResumeTiming();
+    hlm::ops::swiglu_forward_bf16(gu.data(), h.data(), kN, kF);
+    hlm::ops::swiglu_backward_bf16(gu.data(), dh.data(), reinterpret_cast<hlm::ops::bf16*>(dh.data()), kN, kF,
+                                   h.data());
+    benchmark::DoNotOptimize(dh.data());
+  }
+  set_bytes(st, kN * kF * (1.5 + 3.5));  // in fp32 words: forward gu in, h out; backward gu, dh in, dgu, h out
+}
+BENCHMARK(BM_SwiGLUForwardBackwardBf16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_RMSNormForwardBackward(benchmark::State& st) {
   const auto x = randn(kN * kD, 3), w = randn(kD, 4), dy = randn(kN * kD, 5);

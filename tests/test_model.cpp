@@ -192,9 +192,10 @@ TEST(Model, OnePassForwardBackwardEqualsForwardThenBackward) {
 
 // --recompute reruns each block's forward before its backward: the same ops in the same order, so loss and every
 // gradient are bitwise those of the plain path (with documents, every mixer kind), in a smaller arena; in fp32 and
-// in bf16 (whose kernels are deterministic too).
+// in bf16 (whose kernels are deterministic too). max_arena_ratio: the bound on the recompute arena's size against
+// the plain one's (both exact sums of the model's buffers, so the same on every machine).
 namespace {
-void expect_recompute_bitwise_the_same(ops::Precision precision) {
+void expect_recompute_bitwise_the_same(ops::Precision precision, double max_arena_ratio) {
   const ops::PrecisionScope scope(precision, /*allow_emulated=*/true);
   json j = tiny("GMLSF").to_json();
   j["n_layers"] = 5;
@@ -228,18 +229,20 @@ void expect_recompute_bitwise_the_same(ops::Precision precision) {
   for (i64 i = 0; i < plain.param_floats(); ++i) nonzero += plain.grads()[i] != 0.f;
   EXPECT_GT(nonzero, plain.param_floats() / 2);  // a real gradient, not two zero buffers
   // Five blocks' activations against one block plus six residual buffers (the arena throws if it is too small);
-  // the backward temporaries and the largest mixer scratch are common to both (0.67 of the plain arena here).
-  EXPECT_LT(static_cast<double>(rec.arena_bytes()), 0.75 * static_cast<double>(plain.arena_bytes()));
+  // the backward temporaries and the largest mixer scratch are common to both.
+  EXPECT_LT(static_cast<double>(rec.arena_bytes()), max_arena_ratio * static_cast<double>(plain.arena_bytes()));
 }
 }  // namespace
 
 TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsInLessMemory) {
-  expect_recompute_bitwise_the_same(ops::Precision::fp32);
+  expect_recompute_bitwise_the_same(ops::Precision::fp32, 0.75);  // 0.67 here
 }
 
 TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsInBf16) {
   if (!ops::bf16_matmul_available()) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU";
-  expect_recompute_bitwise_the_same(ops::Precision::bf16);
+  // A bf16 block keeps its gate|up in bf16, half the bytes, so the blocks are a smaller share of the plain arena and
+  // recompute saves less of it: 0.77 here.
+  expect_recompute_bitwise_the_same(ops::Precision::bf16, 0.8);
 }
 
 TEST(Model, MemorisesOneBatch) {

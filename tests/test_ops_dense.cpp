@@ -432,50 +432,62 @@ TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
   EXPECT_EQ(dh3, dh2);
 }
 
-// A bf16 step's SwiGLU writes its outputs rounded (ops::swiglu_*_bf16): bit for bit ops::to_bf16 of the fp32
-// kernel's outputs, ties, infinities, NaN, signed zero and subnormals included, with a row length that leaves a
-// partial vector (37), and d gate|up written over dh's own memory. No bf16 matmul is involved: runs on every
-// target (the SwiGLU suite also runs on the fallback and on arm64).
-TEST(SwiGLU, Bf16OutputsAreTheFp32OutputsRoundedBitForBit) {
+// A bf16 step's SwiGLU reads gate|up in bf16 and writes its outputs rounded (ops::swiglu_*_bf16): bit for bit
+// ops::to_bf16 of what the fp32 kernels give on the widened gate|up, ties, infinities, NaN, signed zero and
+// subnormals included, with a row length that leaves a partial vector (37), and d gate|up written over dh's memory
+// and over gate|up's. No bf16 matmul is involved: runs on every target (the SwiGLU suite also runs on the fallback
+// and on arm64).
+TEST(SwiGLU, Bf16KernelsAreTheFp32KernelsOnWidenedInputsRoundedBitForBit) {
   const i64 N = 9, F = 37;
   auto gu = randn(N * 2 * F, 21, 3.0);
   auto dh = randn(N * F, 22);
   Rng r(23);
   for (i64 i = 0; i < N * F; ++i) dh[i] *= static_cast<float>(std::exp(r.normal() * 8));  // a wide range of sizes
-  // Row 0: gate 32 (silu(32) is 32 in fp32: sigmoid rounds to 1), so h = 32 up exactly; the ups make h a tie
-  // rounding down, a tie rounding up, a negative tie, infinity, NaN, -0 and a subnormal.
-  const std::uint32_t h_bits[] = {0x3f808000u, 0x3f818000u, 0xbf818000u, 0x7f800000u, 0x7fc00000u, 0x80000000u};
-  for (i64 f = 0; f < F; ++f) gu[f] = 32.f;
-  for (size_t k = 0; k < std::size(h_bits); ++k) gu[F + k] = bits_float(h_bits[k]) / 32.f;
-  gu[F + 6] = 1e-39f / 32.f;
+  // Row 0: gate 48 (silu(48) is 48 in fp32: sigmoid rounds to 1), so h = 48 up exactly; the ups (bf16 values) make
+  // h a tie rounding up (48 x 1.0078125 = 48.375), a tie rounding down (48 x 1.0234375 = 49.125), a negative tie,
+  // infinity, NaN, -0 and a subnormal (48 x the smallest bf16 subnormal).
+  const float ups[] = {1.0078125f, 1.0234375f, -1.0078125f, bits_float(0x7f800000u), bits_float(0x7fc00000u), -0.f,
+                       bits_float(0x00010000u)};
+  const std::uint32_t h_bits[] = {0x42418000u, 0x42448000u, 0xc2418000u, 0x7f800000u, 0x7fc00000u, 0x80000000u};
+  for (i64 f = 0; f < F; ++f) gu[f] = 48.f;
+  for (size_t k = 0; k < std::size(ups); ++k) gu[F + k] = ups[k];
+  const std::vector<ops::bf16> gub = bf16_rounded(gu);
+  std::vector<float> guw(gub.size());  // gate|up as the bf16 kernels see it
+  for (size_t i = 0; i < gub.size(); ++i) guw[i] = ops::from_bf16(gub[i]);
+  for (size_t k = 0; k < std::size(ups); ++k)
+    ASSERT_EQ(float_bits(guw[F + k]), float_bits(ups[k])) << "not a bf16 value, lane " << k;
   std::vector<float> h32(N * F);
-  ops::swiglu_forward(gu.data(), h32.data(), N, F);
+  ops::swiglu_forward(guw.data(), h32.data(), N, F);
   for (size_t k = 0; k < std::size(h_bits); ++k)
     ASSERT_EQ(float_bits(h32[k]), h_bits[k]) << "the fp32 kernel no longer gives the case the test means, lane " << k;
-  ASSERT_TRUE(std::fpclassify(h32[6]) == FP_SUBNORMAL || h32[6] == 0.f);
+  ASSERT_EQ(std::fpclassify(h32[6]), FP_SUBNORMAL);
   std::vector<ops::bf16> hb(N * F, 0xdead);
-  ops::swiglu_forward_bf16(gu.data(), hb.data(), N, F);
+  ops::swiglu_forward_bf16(gub.data(), hb.data(), N, F);
   EXPECT_EQ(hb, bf16_rounded(h32));
-  EXPECT_EQ(hb[0], 0x3f80);
-  EXPECT_EQ(hb[1], 0x3f82);
-  EXPECT_EQ(hb[2], 0xbf82);
+  EXPECT_EQ(hb[0], 0x4242);
+  EXPECT_EQ(hb[1], 0x4244);
+  EXPECT_EQ(hb[2], 0xc242);
   EXPECT_EQ(hb[3], 0x7f80);
   EXPECT_TRUE(std::isnan(ops::from_bf16(hb[4])));
   EXPECT_EQ(hb[5], 0x8000);
 
   std::vector<float> dgu32(N * 2 * F), p32(N * F);
-  ops::swiglu_backward(gu.data(), dh.data(), dgu32.data(), N, F, p32.data());
+  ops::swiglu_backward(guw.data(), dh.data(), dgu32.data(), N, F, p32.data());
   // Separate buffers.
   std::vector<ops::bf16> dgub(N * 2 * F, 0xdead), pb(N * F, 0xdead);
-  ops::swiglu_backward_bf16(gu.data(), dh.data(), dgub.data(), N, F, pb.data());
+  ops::swiglu_backward_bf16(gub.data(), dh.data(), dgub.data(), N, F, pb.data());
   EXPECT_EQ(dgub, bf16_rounded(dgu32));
   EXPECT_EQ(pb, bf16_rounded(p32));
   EXPECT_EQ(pb, hb);  // the product again, from the backward's own pass
   // d gate|up over dh (as the model's MLP backward does), without the product.
   std::vector<float> dh_mem = dh;
   auto* over = reinterpret_cast<ops::bf16*>(dh_mem.data());
-  ops::swiglu_backward_bf16(gu.data(), dh_mem.data(), over, N, F);
+  ops::swiglu_backward_bf16(gub.data(), dh_mem.data(), over, N, F);
   EXPECT_EQ(std::vector<ops::bf16>(over, over + N * 2 * F), bf16_rounded(dgu32));
+  // d gate|up over gate|up.
+  std::vector<ops::bf16> gu_mem = gub;
+  ops::swiglu_backward_bf16(gu_mem.data(), dh.data(), gu_mem.data(), N, F);
+  EXPECT_EQ(gu_mem, bf16_rounded(dgu32));
 }
 
 // -------------------------------------------- rope -------------------------------------------------

@@ -79,9 +79,9 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   const i64 N = B * T, D = cfg.d_model, F = cfg.d_ff;
   const i64 pad = 64;
   i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
-  // A block's activations: mixer output (+ residual), block output; rstd x2; gate|up. The two norm outputs share
-  // one buffer (counted once below) and the SwiGLU product is transient.
-  const i64 per_layer = 2 * (N * D + pad) + 2 * (N + pad) + N * 2 * F + pad;
+  // A block's activations: mixer output (+ residual), block output; rstd x2; gate|up (bf16 in a bf16 step). The two
+  // norm outputs share one buffer (counted once below) and the SwiGLU product is transient.
+  const i64 per_layer = 2 * (N * D + pad) + 2 * (N + pad) + (bf16 ? bf16_floats(N * 2 * F) : N * 2 * F) + pad;
   i64 scratch = 0, saved_max = 0, layers = 0;
   for (size_t i = 0; i < mixers.size(); ++i) {
     const i64 times = repeats ? (*repeats)[i] : 1;
@@ -155,8 +155,17 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   check("mixer output", l, a.h, N * D);
   a.rstd2 = arena_.floats(N, "rstd2");
   ops::residual_rmsnorm_forward(a.h, a.x, params() + o.ln2, n, a.rstd2, N, D, eps);  // h += x, then norm2(h)
-  a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
-  ops::linear_forward(n, params() + o.w_gate_up, a.gu, N, D, 2 * F);
+  // A bf16 step keeps gate|up rounded to bf16, as oneDNN writes it: half the bytes written, kept and read again;
+  // SwiGLU, its one reader, rounds its own outputs for the down projection anyway (docs/precision.md).
+  a.gu = nullptr;
+  a.gu_bf16 = nullptr;
+  if (bf16_step()) {
+    a.gu_bf16 = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * 2 * F), "mlp gate|up (bf16)"));
+    ops::linear_forward_to_bf16(n, params() + o.w_gate_up, a.gu_bf16, N, D, 2 * F);
+  } else {
+    a.gu = arena_.floats(N * 2 * F, "mlp gate|up");
+    ops::linear_forward(n, params() + o.w_gate_up, a.gu, N, D, 2 * F);
+  }
   if (!out) out = arena_.floats(N * D, "residual");
   // The SwiGLU product is transient: backward recomputes it from gu (one elementwise pass) instead of keeping
   // N*F floats per layer.
@@ -164,7 +173,7 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   if (bf16_step()) {
     // The down projection reads the product in bf16: SwiGLU writes it rounded (half the bytes, no rounding pass).
     auto* act = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * F), "mlp act (bf16)"));
-    ops::swiglu_forward_bf16(a.gu, act, N, F);
+    ops::swiglu_forward_bf16(a.gu_bf16, act, N, F);
     ops::linear_forward_bf16(act, params() + o.w_down, out, N, F, D);
   } else {
     float* act = arena_.floats(N * F, "mlp act");
@@ -201,7 +210,7 @@ void Model::mlp_backward_bf16(i64 l, const float* dx, float* da, float* dn, floa
   // d gate|up over d act (a bf16 row of it is an fp32 row of da), and the product silu(gate) * up, rounded.
   auto* dgub = reinterpret_cast<ops::bf16*>(da);
   auto* xb = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * std::max(F, D)), "mlp operand (bf16)"));
-  ops::swiglu_backward_bf16(a.gu, da, dgub, N, F, xb);
+  ops::swiglu_backward_bf16(a.gu_bf16, da, dgub, N, F, xb);
   // d down_proj[D, F] += (d output)^T act.
   ops::matmul_bf16(false, false, D, F, N, 1.f, dxbt, N, xb, F, 1.f, grads() + o.w_down, F);
   // norm2(h) again, rounded into xb transposed (the product is read) for the gate|up weight gradient.

@@ -2,6 +2,7 @@
 // The decoder: embedding -> blocks (x += mixer(norm(x)); x += mlp(norm(x))) -> final norm -> LM head,
 // with cross-entropy fused into the head. One flat parameter buffer (core/params.h), one activation
 // arena sized from (B, T) up front, forward saves what backward needs.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,8 +135,10 @@ class Model {
   bool check_numerics_ = false, recompute_ = false;
   // Saved activations of the last forward.
   struct LayerActs {
-    // The norm outputs and the SwiGLU product are recomputed in backward (from x / h with rstd, from gu).
-    float *x, *rstd1, *h, *rstd2, *gu;
+    // The norm outputs and the SwiGLU product are recomputed in backward (from x / h with rstd, from gate|up).
+    float *x, *rstd1, *h, *rstd2;
+    float* gu;                // the MLP's gate|up [N, 2F] (fp32 step)
+    std::uint16_t* gu_bf16;   // the same, rounded to bf16 (bf16 step)
   };
   std::vector<LayerActs> acts_;
   float* norm_buf_ = nullptr;  // [N, D]: the current RMSNorm output, shared by all blocks and then the final norm

@@ -103,6 +103,13 @@ void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in
     matmul_bf16(false, true, N, out, in, 1.f, xb, in, rounded(W, out, in, kSlotW), in, 0.f, y, stride_or(ldy, out));
 }
 
+void linear_forward_to_bf16(const float* x, const float* W, bf16* y, i64 N, i64 in, i64 out) {
+  HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_forward_to_bf16: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);
+  if (N > 0)
+    matmul_bf16_out(false, true, N, out, in, 1.f, rounded(x, N, in, kSlotX), in, rounded(W, out, in, kSlotW), in, y,
+                    out);
+}
+
 void linear_backward_bf16(const bf16* xb, const float* W, const bf16* dyb, float* dx, float* dW, i64 N, i64 in,
                           i64 out, bool accumulate_dx, bool xb_transposed) {
   HLM_CHECK(N >= 0 && in > 0 && out > 0, "linear_backward_bf16: bad shape x[{}, {}] W[{}, {}]", N, in, out, in);

@@ -39,6 +39,9 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
 // values they were rounded from. Call only when ops::precision() is bf16.
 using bf16 = std::uint16_t;
 void linear_forward_bf16(const bf16* xb, const float* W, float* y, i64 N, i64 in, i64 out, i64 ldy = 0);
+// y[N,out] = x[N,in] W[out,in]^T under bf16 with y rounded to bf16 (dense rows; ops::matmul_bf16_out), for a
+// product that only a bf16 reader consumes: the MLP's gate|up, read by ops::swiglu_*_bf16. Call only under bf16.
+void linear_forward_to_bf16(const float* x, const float* W, bf16* y, i64 N, i64 in, i64 out);
 // dx from dyb when dx is given (xb may be null then); dW from xb and dyb when dW is given. A caller rounds an fp32
 // operand itself with ops::round_to_bf16 (ops/matmul_bf16.h), e.g. once for a dy that feeds two calls. xb holds x's
 // rows [N, in], or with xb_transposed its transpose [in, N] (ops::round_to_bf16_transposed, ops/transpose.h): the

@@ -1,5 +1,6 @@
 #include "ops/matmul_bf16.h"
 
+#include "core/error.h"
 #include "core/parallel.h"
 #include "ops/matmul.h"
 #include "ops/matmul_primitive.h"
@@ -23,6 +24,15 @@ void matmul_bf16(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, c
                  const bf16* B, i64 ldb, float beta, float* C, i64 ldc) {
   if (!matmul_needs_product("matmul_bf16", trans_a, trans_b, M, N, K, lda, ldb, beta, C, ldc)) return;
   matmul_primitive("matmul_bf16", MatmulType::bf16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void matmul_bf16_out(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const bf16* A, i64 lda,
+                     const bf16* B, i64 ldb, bf16* C, i64 ldc) {
+  HLM_CHECK(K > 0, "matmul_bf16_out: K must be positive (M={} N={} K={})", M, N, K);
+  // With K > 0 the checks leave C alone (the fp32 C they take is only written when K == 0).
+  if (!matmul_needs_product("matmul_bf16_out", trans_a, trans_b, M, N, K, lda, ldb, 0.f, nullptr, ldc)) return;
+  matmul_primitive("matmul_bf16_out", MatmulType::bf16_out, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.f, C,
+                   ldc);
 }
 
 const char* matmul_bf16_impl(bool trans_a, bool trans_b, i64 M, i64 N, i64 K) {

@@ -34,6 +34,12 @@ void round_to_bf16(const float* src, i64 rows, i64 cols, i64 ld_src, bf16* dst);
 void matmul_bf16(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const bf16* A, i64 lda,
                  const bf16* B, i64 ldb, float beta, float* C, i64 ldc);
 
+// The same with C in bf16: C = alpha op(A) op(B), accumulated in fp32 and rounded to bf16 by oneDNN as it is written
+// (nearest, ties to even), for a product that only a bf16 reader consumes (the bf16 step's MLP gate|up, which SwiGLU
+// reads). K must be positive.
+void matmul_bf16_out(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const bf16* A, i64 lda,
+                     const bf16* B, i64 ldb, bf16* C, i64 ldc);
+
 // oneDNN's name for the implementation it picked for this shape (e.g. "brg:avx512_core_bf16"), for benchmarks.
 const char* matmul_bf16_impl(bool trans_a, bool trans_b, i64 M, i64 N, i64 K);
 

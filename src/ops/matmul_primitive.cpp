@@ -43,11 +43,12 @@ dnnl::engine& engine() {
 Entry make_entry(const Key& k) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  const dt in = k.type == MatmulType::bf16 ? dt::bf16 : dt::f32;
+  const dt in = k.type == MatmulType::f32 ? dt::f32 : dt::bf16;
+  const dt out = k.type == MatmulType::bf16_out ? dt::bf16 : dt::f32;
   // Logical A [M, K], B [K, N], C [M, N]; a transposed operand is the stored matrix read column-wise.
   const dnnl::memory::desc a({k.M, k.K}, in, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
   const dnnl::memory::desc b({k.K, k.N}, in, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
-  const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+  const dnnl::memory::desc c({k.M, k.N}, out, dims{k.ldc, 1});
   dnnl::primitive_attr attr;
   // The caller's thread owns the scratchpad, so one primitive can run on several threads at once.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -73,7 +74,7 @@ std::shared_ptr<const Entry> entry(const char* op, const Key& k) {
     return cache.emplace(k, std::make_shared<const Entry>(make_entry(k))).first->second;
   } catch (const dnnl::error& e) {
     throw Error(fmt::format("{}: oneDNN has no {} matmul for M={} N={} K={} on this CPU ({}: status {})", op,
-                            k.type == MatmulType::bf16 ? "bf16" : "fp32", k.M, k.N, k.K, e.what(),
+                            k.type == MatmulType::f32 ? "fp32" : "bf16", k.M, k.N, k.K, e.what(),
                             static_cast<int>(e.status)));
   }
 }
@@ -81,7 +82,7 @@ std::shared_ptr<const Entry> entry(const char* op, const Key& k) {
 }  // namespace
 
 void matmul_primitive(const char* op, MatmulType type, bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha,
-                      const void* A, i64 lda, const void* B, i64 ldb, float beta, float* C, i64 ldc) {
+                      const void* A, i64 lda, const void* B, i64 ldb, float beta, void* C, i64 ldc) {
   // The sum post-op reads C even when scaled by 0; beta == 0 therefore gets its own primitive (no post-op).
   const auto e = entry(op, {type, M, N, K, lda, ldb, ldc, trans_a, trans_b, alpha, beta});
   thread_local dnnl::stream stream(engine());

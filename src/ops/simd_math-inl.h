@@ -168,6 +168,21 @@ HWY_INLINE void axpy_row(D d, T a, const T* x, T* y, int64_t n) {
   });
 }
 
+// The first `count` bf16 values at p widened to fp32 (exact: a bf16 is the upper half of an fp32); lanes past
+// `count` read as zero.
+template <class D>
+HWY_INLINE hn::Vec<D> load_bf16_part(D d, const uint16_t* p, size_t count) {
+  static_assert(std::is_same_v<hn::TFromD<D>, float>);
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> d16;
+  uint16_t buf[HWY_MAX_BYTES / sizeof(float)] = {};
+  if (count < hn::Lanes(d)) {
+    for (size_t i = 0; i < count; ++i) buf[i] = p[i];
+    p = buf;
+  }
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+
 // Stores the first `count` lanes of v to p as bf16, rounded exactly as ops::to_bf16 (nearest, ties to even; a NaN
 // stays a NaN), so a kernel that writes a bf16 step's matmul operand directly gives the bits that rounding its
 // fp32 output afterwards would. A partial tail goes through a buffer: 16-bit masked stores are not native on

@@ -30,33 +30,38 @@ using VF = hn::Vec<DF>;
 HWY_INLINE void store_out(DF d, VF v, float* p, size_t c) { store_part(d, v, p, c); }
 HWY_INLINE void store_out(DF d, VF v, uint16_t* p, size_t c) { store_bf16_part(d, v, p, c); }
 
-template <typename Out>
-void forward(const float* gu, Out* h, i64 N, i64 F) {
+// gate|up lane loads: fp32 as stored, or bf16 widened (a bf16 step stores the gate|up product rounded).
+HWY_INLINE VF load_in(DF d, const float* p, size_t c) { return load_part(d, p, c); }
+HWY_INLINE VF load_in(DF d, const uint16_t* p, size_t c) { return load_bf16_part(d, p, c); }
+
+template <typename In, typename Out>
+void forward(const In* gu, Out* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     for (i64 n = b; n < e; ++n) {
-      const float* g = gu + n * 2 * F;  // [F] gate
-      const float* u = g + F;           // [F] up
-      Out* hr = h + n * F;              // [F]
+      const In* g = gu + n * 2 * F;  // [F] gate
+      const In* u = g + F;           // [F] up
+      Out* hr = h + n * F;           // [F]
       for_each_vector(d, F, [&](i64 f, size_t c) {
-        const VF gv = load_part(d, g + f, c);
-        store_out(d, hn::Mul(hn::Mul(gv, logistic(d, gv)), load_part(d, u + f, c)), hr + f, c);
+        const VF gv = load_in(d, g + f, c);
+        store_out(d, hn::Mul(hn::Mul(gv, logistic(d, gv)), load_in(d, u + f, c)), hr + f, c);
       });
     }
   }, 16);
 }
 
 // Out = bf16: a row of dgu takes exactly the bytes of a row of dh, so dgu may sit in dh's memory; dh's row is
-// copied first (its second half is overwritten by d up before the loop reaches it).
-template <typename Out>
-void backward(const float* gu, const float* dh, Out* dgu, Out* h, i64 N, i64 F) {
+// copied first (its second half is overwritten by d up before the loop reaches it). In = Out: dgu may also sit in
+// gu's memory (each lane is read before it is written).
+template <typename In, typename Out>
+void backward(const In* gu, const float* dh, Out* dgu, Out* h, i64 N, i64 F) {
   parallel_for(N, [&](i64 b, i64 e) {
     const DF d;
     const VF one = hn::Set(d, 1.f);
     float* dh_copy = std::is_same_v<Out, float> ? nullptr : thread_scratch<float>(0, F);
     for (i64 n = b; n < e; ++n) {
-      const float* g = gu + n * 2 * F;
-      const float* u = g + F;
+      const In* g = gu + n * 2 * F;
+      const In* u = g + F;
       const float* dr = dh + n * F;
       if (dh_copy) {
         std::copy(dr, dr + F, dh_copy);
@@ -66,7 +71,7 @@ void backward(const float* gu, const float* dh, Out* dgu, Out* h, i64 N, i64 F) 
       Out* du = dg + F;           // [F] d up
       Out* hr = h ? h + n * F : nullptr;
       for_each_vector(d, F, [&](i64 f, size_t c) {
-        const VF gv = load_part(d, g + f, c), uv = load_part(d, u + f, c), dv = load_part(d, dr + f, c);
+        const VF gv = load_in(d, g + f, c), uv = load_in(d, u + f, c), dv = load_part(d, dr + f, c);
         const VF s = logistic(d, gv);
         // d silu / dg = s * (1 + g * (1 - s))
         const VF dsilu = hn::Mul(s, hn::MulAdd(gv, hn::Sub(one, s), one));
@@ -80,11 +85,11 @@ void backward(const float* gu, const float* dh, Out* dgu, Out* h, i64 N, i64 F) 
 }
 
 void swiglu_forward_impl(const float* gu, float* h, i64 N, i64 F) { forward(gu, h, N, F); }
-void swiglu_forward_bf16_impl(const float* gu, uint16_t* h, i64 N, i64 F) { forward(gu, h, N, F); }
+void swiglu_forward_bf16_impl(const uint16_t* gu, uint16_t* h, i64 N, i64 F) { forward(gu, h, N, F); }
 void swiglu_backward_impl(const float* gu, const float* dh, float* dgu, float* h, i64 N, i64 F) {
   backward(gu, dh, dgu, h, N, F);
 }
-void swiglu_backward_bf16_impl(const float* gu, const float* dh, uint16_t* dgu, uint16_t* h, i64 N, i64 F) {
+void swiglu_backward_bf16_impl(const uint16_t* gu, const float* dh, uint16_t* dgu, uint16_t* h, i64 N, i64 F) {
   backward(gu, dh, dgu, h, N, F);
 }
 
@@ -117,12 +122,12 @@ void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F,
   HWY_DYNAMIC_DISPATCH(swiglu_backward_impl)(gu, dh, dgu, h, N, F);
 }
 
-void swiglu_forward_bf16(const float* gu, bf16* h, i64 N, i64 F) {
+void swiglu_forward_bf16(const bf16* gu, bf16* h, i64 N, i64 F) {
   check_shape("swiglu_forward_bf16", "h", N, F);
   HWY_DYNAMIC_DISPATCH(swiglu_forward_bf16_impl)(gu, h, N, F);
 }
 
-void swiglu_backward_bf16(const float* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h) {
+void swiglu_backward_bf16(const bf16* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h) {
   check_shape("swiglu_backward_bf16", "dh", N, F);
   HWY_DYNAMIC_DISPATCH(swiglu_backward_bf16_impl)(gu, dh, dgu, h, N, F);
 }

@@ -13,11 +13,12 @@ void swiglu_forward(const float* gu, float* h, i64 N, i64 F);
 // and h may alias dh (each element is read before the ones at its index are written).
 void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F, float* h = nullptr);
 
-// The bf16 step's variants (docs/precision.md): the same values written rounded to bf16 (ops::to_bf16, bit for
-// bit), for the projections that read them, so the fp32 outputs are never stored and rounded in a second pass.
-// dgu may take dh's memory (a bf16 row of dgu is exactly the bytes of an fp32 row of dh); h must not alias.
+// The bf16 step's variants (docs/precision.md): gate|up read in bf16 (the step stores that product rounded) and the
+// outputs written rounded to bf16 for the projections that read them: bit for bit ops::to_bf16 of what the fp32
+// kernels give on the widened gate|up, without storing fp32 outputs and rounding them in a second pass. dgu may take
+// dh's memory (a bf16 row of dgu is exactly the bytes of an fp32 row of dh) or gu's; h must not alias.
 using bf16 = std::uint16_t;
-void swiglu_forward_bf16(const float* gu, bf16* h, i64 N, i64 F);
-void swiglu_backward_bf16(const float* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h = nullptr);
+void swiglu_forward_bf16(const bf16* gu, bf16* h, i64 N, i64 F);
+void swiglu_backward_bf16(const bf16* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h = nullptr);
 
 }  // namespace hlm::ops
