@@ -104,7 +104,10 @@ std::string generated_text(std::uint64_t seed, size_t bytes) {
       double u = r.uniform();
       int w = static_cast<int>(nw * u * u * u);
       s += words[w];
-      if (r.below(15) == 0) s += " " + std::to_string(r.below(1000));
+      if (r.below(15) == 0) {
+        s += ' ';
+        s += std::to_string(r.below(1000));
+      }
       s += (i + 1 < n) ? " " : ".\n";
     }
     if (r.below(4) == 0) s += "\n";
@@ -598,7 +601,9 @@ TEST(Loader, SameSeedSameBatchesTargetsShiftedByOne) {
       for (int t = 0; t < 16; ++t) {
         size_t i = static_cast<size_t>(r) * 16 + t;
         EXPECT_EQ(ba.targets[i], ba.inputs[i] + 1);  // next token of the same window
-        if (t > 0) EXPECT_EQ(ba.inputs[i], ba.inputs[i - 1] + 1);
+        if (t > 0) {
+          EXPECT_EQ(ba.inputs[i], ba.inputs[i - 1] + 1);
+        }
         EXPECT_EQ(ba.doc_start[i], 0);  // no <eos> in this shard
       }
   }
@@ -796,7 +801,10 @@ TEST(TokenizerCli, TrainEncodeDecode) {
   EXPECT_EQ(run_cli("tokenizer encode --tokenizer " + dir / "t.model" + " --text 'the kernel'", out), 0) << out;
   auto tok = load_tokenizer(dir / "t.model");
   std::string want;
-  for (auto id : tok->encode("the kernel")) want += (want.empty() ? "" : " ") + std::to_string(id);
+  for (auto id : tok->encode("the kernel")) {
+    if (!want.empty()) want += ' ';
+    want += std::to_string(id);
+  }
   EXPECT_EQ(out, want + "\n");
   EXPECT_EQ(run_cli("tokenizer encode --tokenizer " + dir / "missing.model" + " --text x", out), 1);
   EXPECT_NE(out.find("error:"), std::string::npos) << out;

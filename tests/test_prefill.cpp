@@ -104,7 +104,10 @@ TEST(Prefill, ChunkedPrefillThenDecodeEqualsTheFullForward) {
         }
         EXPECT_EQ(st.pos, T);
         std::string what = std::string(a.pattern) + (a.f_rope ? "" : " NoPE F") + " schedule";
-        for (i64 n : sched) what += " " + std::to_string(n);
+        for (i64 n : sched) {
+          what += ' ';
+          what += std::to_string(n);
+        }
         what += " prefill " + std::to_string(P);
         EXPECT_TRUE(close_rel(got, full, 1e-5, what));
       }
