@@ -175,12 +175,13 @@ HWY_INLINE hn::Vec<D> load_bf16_part(D d, const uint16_t* p, size_t count) {
   static_assert(std::is_same_v<hn::TFromD<D>, float>);
   const hn::RebindToUnsigned<D> du;
   const hn::Rebind<uint16_t, D> d16;
-  uint16_t buf[HWY_MAX_BYTES / sizeof(float)] = {};
-  if (count < hn::Lanes(d)) {
-    for (size_t i = 0; i < count; ++i) buf[i] = p[i];
-    p = buf;
-  }
-  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  auto widen = [&](const uint16_t* q) {
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, q))));
+  };
+  if (count == hn::Lanes(d)) return widen(p);
+  uint16_t buf[HWY_MAX_BYTES / sizeof(float)] = {};  // zeroed only for a partial tail
+  for (size_t i = 0; i < count; ++i) buf[i] = p[i];
+  return widen(buf);
 }
 
 // Stores the first `count` lanes of v to p as bf16, rounded exactly as ops::to_bf16 (nearest, ties to even; a NaN
