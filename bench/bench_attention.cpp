@@ -9,10 +9,9 @@
 #include <memory>
 #include <vector>
 
+#include "bench_precision.h"
 #include "core/rng.h"
 #include "ops/attention.h"
-#include "ops/bf16_pairs.h"
-#include "ops/precision.h"
 
 using hlm::i64;
 
@@ -42,17 +41,6 @@ double forward_flops(i64 window) {
   return 4.0 * kHd * pairs * kB * kH;
 }
 
-// The precision scope of arg 1 (nullptr for fp32); false when bf16 products cannot run here.
-bool precision_of(benchmark::State& st, std::unique_ptr<hlm::ops::PrecisionScope>& scope) {
-  if (st.range(1) == 0) return true;
-  if (!hlm::ops::bf16_pairs::available()) {
-    st.SkipWithError("no AVX512_BF16 on this CPU");
-    return false;
-  }
-  scope = std::make_unique<hlm::ops::PrecisionScope>(hlm::ops::Precision::bf16, /*allow_emulated=*/true);
-  return true;
-}
-
 struct Buffers {
   std::vector<float> qkv = randn(kB * kT * kStride, 1), dout = randn(kB * kT * kH * kHd, 2);
   std::vector<float> o = std::vector<float>(kB * kT * kH * kHd), lse = std::vector<float>(kB * kH * kT);
@@ -69,7 +57,7 @@ struct Buffers {
 
 void BM_AttentionForward(benchmark::State& st) {
   std::unique_ptr<hlm::ops::PrecisionScope> scope;
-  if (!precision_of(st, scope)) return;
+  if (!hlm::bench::precision_of(st, 1, scope)) return;
   Buffers b;
   for (auto _ : st) {
     b.forward(st.range(0));
@@ -82,7 +70,7 @@ BENCHMARK(BM_AttentionForward)->ArgsProduct({{0, 128}, {0, 1}})->Unit(benchmark:
 
 void BM_AttentionBackward(benchmark::State& st) {
   std::unique_ptr<hlm::ops::PrecisionScope> scope;
-  if (!precision_of(st, scope)) return;
+  if (!hlm::bench::precision_of(st, 1, scope)) return;
   Buffers b;
   b.forward(st.range(0));
   for (auto _ : st) {

@@ -6,8 +6,10 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
+#include "bench_precision.h"
 #include "core/rng.h"
 #include "ops/gated_delta.h"
 
@@ -88,7 +90,10 @@ void BM_GatedDeltaChunkedBackward(benchmark::State& st) {
 }
 BENCHMARK(BM_GatedDeltaChunkedBackward)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Arg 0: 1 = under --precision bf16 (the chunk's small products in bf16).
 void BM_GatedDeltaChunkedForwardBackward(benchmark::State& st) {
+  std::unique_ptr<hlm::ops::PrecisionScope> scope;
+  if (!hlm::bench::precision_of(st, 0, scope)) return;
   Buffers b;
   for (auto _ : st) {
     b.forward();
@@ -97,7 +102,7 @@ void BM_GatedDeltaChunkedForwardBackward(benchmark::State& st) {
   }
   set_rate(st, 3 * chunked_forward_flops());
 }
-BENCHMARK(BM_GatedDeltaChunkedForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GatedDeltaChunkedForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_GatedDeltaRecurrentForward(benchmark::State& st) {
   Buffers b;

@@ -11,8 +11,10 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
+#include "bench_precision.h"
 #include "core/rng.h"
 #include "ops/causal_conv1d.h"
 #include "ops/scalar_decay_scan.h"
@@ -116,7 +118,10 @@ BENCHMARK(BM_ScalarDecayChunkedBackward)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Arg 1: 1 = under --precision bf16 (the chunk's small products in bf16).
 void BM_ScalarDecayChunkedForwardBackward(benchmark::State& st) {
+  std::unique_ptr<hlm::ops::PrecisionScope> scope;
+  if (!hlm::bench::precision_of(st, 1, scope)) return;
   Buffers b(shape_of(st));
   for (auto _ : st) {
     b.forward();
@@ -125,7 +130,7 @@ void BM_ScalarDecayChunkedForwardBackward(benchmark::State& st) {
   }
   set_rate(st, b.fwd_flops() + b.bwd_flops(true));
 }
-BENCHMARK(BM_ScalarDecayChunkedForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ScalarDecayChunkedForwardBackward)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Decode: one token for the whole batch (6 K V flops per head: decay, rank-1 update, read-out).
 void BM_ScalarDecayStep(benchmark::State& st) {

@@ -182,6 +182,46 @@ TEST(Bf16, PairGemmMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
   });
 }
 
+// The packing passes word for word: each pair word holds ops::to_bf16 of its two (scaled) values, low index in the low
+// half. Widths with whole vectors and tails, odd counts (a zero high half), mul 1 (the unmasked path) and mul != 1.
+TEST(Bf16, PackingPassesHoldEachValueRoundedOnce) {
+  if (!ops::bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  using ops::bf16_pairs::Pair;
+  const i64 stride = 101;
+  const auto src = randn(static_cast<size_t>(40 * stride), 7);
+  auto word = [](float lo, float hi) { return Pair{ops::to_bf16(lo)} | Pair{ops::to_bf16(hi)} << 16; };
+  for (float mul : {1.f, -0.375f})
+    for (i64 cols : {1, 16, 31, 32, 33, 64, 75, 96}) {
+      const int n = 21;
+      const i64 np = (cols + 1) / 2;
+      auto at = [&](i64 r, i64 c) { return (c < cols ? src[r * stride + c] : 0.f) * mul; };  // past cols: -0 for mul < 0
+      // round_rows: dst[r][p] = (row r, columns 2p and 2p + 1).
+      std::vector<Pair> d(static_cast<size_t>(n * (np + 2)), 0xdeadbeef);
+      ops::bf16_pairs::round_rows(src.data(), stride, n, cols, mul, d.data(), np + 2);
+      for (i64 r = 0; r < n; ++r)
+        for (i64 p = 0; p < np + 2; ++p)
+          ASSERT_EQ(d[r * (np + 2) + p], p < np ? word(at(r, 2 * p), at(r, 2 * p + 1)) : Pair{0xdeadbeef})
+              << "round_rows mul=" << mul << " cols=" << cols << " r=" << r << " p=" << p;
+      // round_rows_t: its transpose, rows n..n_out zero.
+      const int n_out = 32;
+      std::vector<Pair> t(static_cast<size_t>(np * n_out));
+      ops::bf16_pairs::round_rows_t(src.data(), stride, n, cols, mul, t.data(), n_out, n_out);
+      for (i64 p = 0; p < np; ++p)
+        for (i64 r = 0; r < n_out; ++r)
+          ASSERT_EQ(t[p * n_out + r], r < n ? word(at(r, 2 * p), at(r, 2 * p + 1)) : Pair{0})
+              << "round_rows_t mul=" << mul << " cols=" << cols << " r=" << r << " p=" << p;
+      // pair_rows: dst[p][c] = (rows 2p and 2p + 1, column c), rows outside [r_lo, r_hi] zero.
+      const int r_lo = 1, r_hi = n - 1, p1 = (n + 1) / 2;
+      std::vector<Pair> q(static_cast<size_t>(p1 * cols), 0xdeadbeef);
+      ops::bf16_pairs::pair_rows(src.data(), stride, r_lo, r_hi, 0, p1, cols, q.data(), cols, mul);
+      auto in = [&](i64 r, i64 c) { return r >= r_lo && r <= r_hi ? at(r, c) : 0.f; };
+      for (i64 p = 0; p < p1; ++p)
+        for (i64 c = 0; c < cols; ++c)
+          ASSERT_EQ(q[p * cols + c], word(in(2 * p, c), in(2 * p + 1, c)))
+              << "pair_rows mul=" << mul << " cols=" << cols << " p=" << p << " c=" << c;
+    }
+}
+
 TEST(Bf16, LinearLayersRoundBothOperandsUnderTheScope) {
   SKIP_WITHOUT_BF16_MATMUL();
   const i64 N = 33, in = 40, out = 24;
