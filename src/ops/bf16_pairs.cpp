@@ -162,7 +162,8 @@ HLM_BF16_TARGET void pair_rows(const float* src, i64 stride, int r_lo, int r_hi,
   for (int p = p0; p < p1; ++p) {
     const int ra = 2 * p, rb = 2 * p + 1;
     const bool has_a = ra >= r_lo && ra <= r_hi, has_b = rb >= r_lo && rb <= r_hi;
-    const float *a_row = src + ra * stride, *b_row = src + rb * stride;
+    // Rows outside [r_lo, r_hi] are never read (nor pointed at: they may lie outside the buffer).
+    const float *a_row = has_a ? src + ra * stride : src, *b_row = has_b ? src + rb * stride : src;
     i64 c0 = 0;
     if (has_a && has_b && mul == 1.f)  // whole vectors of two present rows, unscaled: no masks (see round_row)
       for (; c0 + 16 <= cols; c0 += 16)
