@@ -130,7 +130,10 @@ void BM_ScalarDecayChunkedForwardBackward(benchmark::State& st) {
   }
   set_rate(st, b.fwd_flops() + b.bwd_flops(true));
 }
-BENCHMARK(BM_ScalarDecayChunkedForwardBackward)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ScalarDecayChunkedForwardBackward)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Decode: one token for the whole batch (6 K V flops per head: decay, rank-1 update, read-out).
 void BM_ScalarDecayStep(benchmark::State& st) {

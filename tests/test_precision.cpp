@@ -194,7 +194,8 @@ TEST(Bf16, PackingPassesHoldEachValueRoundedOnce) {
     for (i64 cols : {1, 16, 31, 32, 33, 64, 75, 96}) {
       const int n = 21;
       const i64 np = (cols + 1) / 2;
-      auto at = [&](i64 r, i64 c) { return (c < cols ? src[r * stride + c] : 0.f) * mul; };  // past cols: -0 for mul < 0
+      // Past cols the kernels multiply a zero too: -0 for mul < 0.
+      auto at = [&](i64 r, i64 c) { return (c < cols ? src[r * stride + c] : 0.f) * mul; };
       // round_rows: dst[r][p] = (row r, columns 2p and 2p + 1).
       std::vector<Pair> d(static_cast<size_t>(n * (np + 2)), 0xdeadbeef);
       ops::bf16_pairs::round_rows(src.data(), stride, n, cols, mul, d.data(), np + 2);
