@@ -452,8 +452,7 @@ TEST(SwiGLU, Bf16KernelsAreTheFp32KernelsOnWidenedInputsRoundedBitForBit) {
   for (i64 f = 0; f < F; ++f) gu[f] = 48.f;
   for (size_t k = 0; k < std::size(ups); ++k) gu[F + k] = ups[k];
   const std::vector<ops::bf16> gub = bf16_rounded(gu);
-  std::vector<float> guw(gub.size());  // gate|up as the bf16 kernels see it
-  for (size_t i = 0; i < gub.size(); ++i) guw[i] = ops::from_bf16(gub[i]);
+  const std::vector<float> guw = widened(gub);  // gate|up as the bf16 kernels see it
   for (size_t k = 0; k < std::size(ups); ++k)
     ASSERT_EQ(float_bits(guw[F + k]), float_bits(ups[k])) << "not a bf16 value, lane " << k;
   std::vector<float> h32(N * F);

@@ -146,10 +146,8 @@ TEST(Bf16, MatmulWithBf16OutputIsTheProductRoundedOnce) {
       std::vector<bf16> C(static_cast<size_t>(M * ldc), 0xdead);
       ops::matmul_bf16_out(ta, tb, M, N, K, 0.75f, bf16_rounded(A).data(), lda, bf16_rounded(B).data(), ldb, C.data(),
                            ldc);
-      std::vector<float> Cw(C.size());
-      for (size_t i = 0; i < C.size(); ++i) Cw[i] = ops::from_bf16(C[i]);
       const std::vector<float> zero(C.size(), 0.f);
-      EXPECT_TRUE(close_rel(dense(Cw, M, N, ldc),
+      EXPECT_TRUE(close_rel(dense(widened(C), M, N, ldc),
                             ref_matmul(ta, tb, M, N, K, 0.75, rounded(A), lda, rounded(B), ldb, 0.0, zero, ldc),
                             fp32_tol(fp32_depth({double(K)})) + bf16_tol(1)))
           << "ta=" << ta << " tb=" << tb;
@@ -183,7 +181,7 @@ TEST(Bf16, PairGemmMatchesDoubleOfTheRoundedOperandsInEveryLayout) {
 }
 
 // The packing passes word for word: each pair word holds ops::to_bf16 of its two (scaled) values, low index in the low
-// half. Widths with whole vectors and tails, odd counts (a zero high half), mul 1 (the unmasked path) and mul != 1.
+// half. Widths with whole vectors and tails, odd counts (a zero high half), mul 1 and mul != 1.
 TEST(Bf16, PackingPassesHoldEachValueRoundedOnce) {
   if (!ops::bf16_pairs::available()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   using ops::bf16_pairs::Pair;

@@ -52,6 +52,13 @@ inline std::vector<ops::bf16> bf16_rounded(const std::vector<float>& x) {
   return r;
 }
 
+// Each bf16 widened to fp32 by ops::from_bf16 (exact).
+inline std::vector<float> widened(const std::vector<ops::bf16>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = ops::from_bf16(x[i]);
+  return r;
+}
+
 inline std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
   Rng r(seed);
   std::vector<float> v(n);

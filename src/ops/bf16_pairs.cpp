@@ -86,15 +86,21 @@ HLM_BF16_TARGET inline __m512i interleave(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(idx, as_si(ab));
 }
 
-// One row rounded: 2 * np columns into np pair words (columns beyond `cols` read as zero). scale: multiply by vm
-// first (without it the values are the same: x * 1 == x, and the conversion treats subnormals as zero either way).
+// 16 floats at p, times vm when scale (without it the values are the same: x * 1 == x, and the conversion below
+// treats subnormals as zero either way).
+HLM_BF16_TARGET inline __m512 load16(const float* p, __m512 vm, bool scale) {
+  const __m512 v = _mm512_loadu_ps(p);
+  return scale ? _mm512_mul_ps(v, vm) : v;
+}
+
+// One row rounded: 2 * np columns into np pair words (columns beyond `cols` read as zero). Whole vectors take plain
+// loads and stores (most of the packing passes' time); only a tail builds lane masks.
 HLM_BF16_TARGET inline void round_row(const float* src, i64 cols, __m512 vm, bool scale, Pair* dst, i64 np) {
   i64 p0 = 0;
-  if (!scale)  // whole vectors, no masks: the common case, and most of the pairing passes' time
-    for (; 2 * p0 + 32 <= cols && p0 + 16 <= np; p0 += 16) {
-      const __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + 2 * p0 + 16), _mm512_loadu_ps(src + 2 * p0));
-      _mm512_storeu_si512(dst + p0, as_si(r));
-    }
+  for (; 2 * p0 + 32 <= cols && p0 + 16 <= np; p0 += 16) {
+    const __m512bh r = _mm512_cvtne2ps_pbh(load16(src + 2 * p0 + 16, vm, scale), load16(src + 2 * p0, vm, scale));
+    _mm512_storeu_si512(dst + p0, as_si(r));
+  }
   for (; p0 < np; p0 += 16) {
     const i64 c0 = 2 * p0;
     const __m512 lo = _mm512_mul_ps(_mm512_maskz_loadu_ps(first_lanes(std::max<i64>(cols - c0, 0)), src + c0), vm);
@@ -159,15 +165,17 @@ HLM_BF16_TARGET void round_rows_t(const float* src, i64 stride, int n, i64 cols,
 HLM_BF16_TARGET void pair_rows(const float* src, i64 stride, int r_lo, int r_hi, int p0, int p1, i64 cols, Pair* dst,
                                i64 ldd, float mul) {
   const __m512 vm = _mm512_set1_ps(mul);
+  const bool scale = mul != 1.f;
   for (int p = p0; p < p1; ++p) {
     const int ra = 2 * p, rb = 2 * p + 1;
     const bool has_a = ra >= r_lo && ra <= r_hi, has_b = rb >= r_lo && rb <= r_hi;
     // Rows outside [r_lo, r_hi] are never read (nor pointed at: they may lie outside the buffer).
     const float *a_row = has_a ? src + ra * stride : src, *b_row = has_b ? src + rb * stride : src;
     i64 c0 = 0;
-    if (has_a && has_b && mul == 1.f)  // whole vectors of two present rows, unscaled: no masks (see round_row)
+    if (has_a && has_b)  // whole vectors of two present rows: no masks (see round_row)
       for (; c0 + 16 <= cols; c0 += 16)
-        _mm512_storeu_si512(dst + p * ldd + c0, interleave(_mm512_loadu_ps(a_row + c0), _mm512_loadu_ps(b_row + c0)));
+        _mm512_storeu_si512(dst + p * ldd + c0,
+                            interleave(load16(a_row + c0, vm, scale), load16(b_row + c0, vm, scale)));
     for (; c0 < cols; c0 += 16) {
       const __mmask16 m = first_lanes(cols - c0);
       const __m512 a = has_a ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a_row + c0), vm) : _mm512_setzero_ps();
