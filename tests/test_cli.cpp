@@ -113,6 +113,19 @@ TEST(Cli, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   expect_error(r, "non-finite");
   EXPECT_NE(r.err.find("at step"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(out / "latest")) << r.err;
+  EXPECT_NE(r.err.find("the last good checkpoint, step "), std::string::npos) << r.err;
+  // Before any checkpoint exists the message says nothing is kept instead of promising a checkpoint.
+  const fs::path early = tmp_root() / "run_nan_early";
+  fs::remove_all(early);
+  r = run("train " + tiny_model() + corpus() +
+          "--steps 50 --seq-len 32 --batch 2 --eval-batches 1 --lr 1e30 --warmup 1 --grad-clip 0 "
+          "--schedule constant --ckpt-every 40 --out " + early.string());
+  expect_error(r, "non-finite");
+  EXPECT_NE(r.err.find("no checkpoint of this run exists yet (the first was due at step 40)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("last good checkpoint"), std::string::npos) << r.err;
+  // --steps beyond any run that can finish is refused at parse time.
+  expect_error(run("train " + tiny_model() + corpus() + "--steps 1e12"), "--steps");
   Result c = run("train " + tiny_model() + corpus() +
                  "--steps 50 --seq-len 32 --batch 2 --eval-batches 1 --lr 1e30 --warmup 1 --grad-clip 0 "
                  "--schedule constant --check-numerics");

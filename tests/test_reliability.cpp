@@ -224,6 +224,73 @@ TEST(Reliability, BadInputsAreRefusedBeforeWork) {
   }
 }
 
+// The rows of metrics.jsonl without the fields that time the process (they differ between any two runs).
+std::vector<std::string> untimed_rows(const fs::path& metrics) {
+  std::vector<std::string> rows;
+  std::ifstream f(metrics);
+  for (std::string line; std::getline(f, line);) {
+    nlohmann::json row = nlohmann::json::parse(line);
+    for (const char* k : {"tokens_per_s", "step_ms", "elapsed_s"}) row.erase(k);
+    rows.push_back(row.dump());  // shortest round-trip decimals: equal strings are equal doubles
+  }
+  return rows;
+}
+
+std::vector<long> checkpoint_steps(const fs::path& run) {
+  std::vector<long> steps;
+  for (const auto& [step, dir] : hlm::run_folder::list_checkpoints(run)) steps.push_back(step);
+  return steps;
+}
+
+// A resumed run is the same run: resumed with no flags but --out --resume --steps, it validates at the run's
+// cadence on the run's batches with the run's extra evaluation, checkpoints at the run's cadence and keeps as many;
+// its metrics.jsonl equals an uninterrupted run's row for row and bit for bit (timings aside), also after a kill
+// left rows past the checkpoint and a torn last row. A flag that changes what a row measures is refused; one that
+// changes retention is recorded in run.json with its step. ~4 s.
+TEST(Reliability, AResumedRunKeepsItsProtocolAndItsMetricsRowForRow) {
+  const std::string protocol = "--eval-every 5 --ckpt-every 5 --keep-checkpoints 1 --eval longppl --schedule constant "
+                               "--warmup 2 ";  // a constant schedule: 10 + 10 steps follow the same rates as 20
+  const fs::path straight = cli_tmp_root() / "rel_protocol_straight", split = cli_tmp_root() / "rel_protocol_split",
+                 killed = cli_tmp_root() / "rel_protocol_killed";
+  for (const auto& d : {straight, split, killed}) fs::remove_all(d);
+  CliResult r = run_cli(train_flags(straight) + protocol + "--steps 20");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_cli(train_flags(split) + protocol + "--steps 10");
+  ASSERT_EQ(r.code, 0) << r.err;
+  fs::copy(split, killed, fs::copy_options::recursive);
+  r = run_cli("train --out " + split.string() + " --resume --steps 20");
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  const std::vector<std::string> want = untimed_rows(straight / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 20u + 5u);  // a row per step, a validation at 0, 5, 10, 15, 20
+  EXPECT_NE(want.back().find("\"longppl\""), std::string::npos) << want.back();
+  EXPECT_EQ(untimed_rows(split / "metrics.jsonl"), want);
+  EXPECT_EQ(checkpoint_steps(split), std::vector<long>{20});
+  EXPECT_EQ(checkpoint_steps(straight), std::vector<long>{20});
+
+  // A kill after step 12 of the second part: its rows 11-12 and a torn row are in the file, the checkpoint is 10.
+  {
+    std::ofstream m(killed / "metrics.jsonl", std::ios::app);
+    m << "{\"step\":11,\"loss\":9.0}\n{\"step\":12,\"loss\":9.0}\n{\"step\":13,\"lo";
+  }
+  r = run_cli("train --out " + killed.string() + " --resume --steps 20");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(untimed_rows(killed / "metrics.jsonl"), want);
+
+  // What a row measures cannot change on resume; retention can, recorded with the step it took effect.
+  expect_cli_error(run_cli("train --out " + split.string() + " --resume --steps 25 --eval-batches 2"),
+                   "--eval-batches 2 conflicts with the run's eval_batches = 1");
+  expect_cli_error(run_cli("train --out " + split.string() + " --resume --steps 25 --eval niah"),
+                   "--eval niah conflicts with the run's extra evaluations (longppl");
+  r = run_cli("train --out " + split.string() + " --resume --steps 25 --keep-checkpoints 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(checkpoint_steps(split), (std::vector<long>{20, 25}));
+  const nlohmann::json run = nlohmann::json::parse(hlm::testing::slurp(split / "run.json"));
+  EXPECT_EQ(run.at("protocol").at("keep_checkpoints"), 2);
+  EXPECT_EQ(run["protocol"].at("eval_batches"), 1);
+  EXPECT_EQ(run["protocol"].at("changes"), nlohmann::json::parse(R"([{"step": 20, "keep_checkpoints": 2}])"));
+}
+
 // A run folder is continued (--resume, with the run's settings) or replaced (--overwrite) only when asked; a full
 // disk during a checkpoint is an error naming the file and keeps the previous checkpoint; non-finite weights
 // and non-regular prompt files are refused. ~3 s.

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -15,6 +16,7 @@
 #include "train/data_stream.h"
 #include "train/distributed.h"
 #include "train/run_lock.h"
+#include "train/run_protocol.h"
 #include "train/trainer.h"
 #include "train/niah_mix.h"
 #include "data/tokenizer.h"
@@ -27,6 +29,10 @@ namespace hlm::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+// More optimizer steps than any run of this engine finishes (a billion steps at a millisecond each is 12 days):
+// a larger --steps is a typo, and would train until killed.
+constexpr double kMaxSteps = 1e9;
 
 struct TrainOpts {
   ModelFlags model;
@@ -87,6 +93,18 @@ void apply_run_settings(const CLI::App& sub, const nlohmann::json& run, TrainCon
   keep(rt, "--mix-haystack", "mix_haystack", o.mix_haystack);
   if (!rt.contains("niah_digits")) digits = 7;  // runs from before the flag used 7
   keep(rt, "--niah-digits", "niah_digits", digits);
+  // The thread count decides how reductions are split, so the run's count gives the bits an uninterrupted run
+  // gives; a machine with fewer cores takes its own (oversubscribed threads would crawl) and says so.
+  if (sub.count("--threads") == 0 && rt.contains("threads") && rt["threads"].is_number_integer()) {
+    const int run_threads = rt["threads"].get<int>();
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    if (run_threads >= 1 && run_threads <= cores) {
+      o.threads = run_threads;
+    } else if (!o.quiet) {
+      fmt::print(stderr, "note: the run trained on {} threads, this machine has {} cores: continuing on {}, so the "
+                 "last bits of the curve may differ from an uninterrupted run's\n", run_threads, cores, cores);
+    }
+  }
   // The precision is how the run computes, not what it is: a resume may change it (a machine without bf16).
   if (sub.count("--precision") == 0 && rt.contains("precision") && rt["precision"].is_string()) {
     o.precision = rt["precision"].get<std::string>();
@@ -102,8 +120,9 @@ void add_training_flags(CLI::App* sub, TrainOpts& o) {
   sub->add_option("--data", o.data, "'default' (built-in corpus), a text file/folder, or a prepared dataset folder")
       ->capture_default_str();
   sub->add_option("--tokenizer", o.tokenizer, "byte | bpe:N | path/to.model | path/to/tokenizer.json (default bpe:4096)");
-  sub->add_option("--steps", o.t.steps, "optimizer steps (total, also when resuming)")->capture_default_str()
-      ->check(at_least(1));
+  sub->add_option("--steps", o.t.steps, "optimizer steps (total, also when resuming; at most 1e9)")
+      ->capture_default_str()
+      ->check(in_range(1, kMaxSteps));
   sub->add_option("--seq-len", o.t.seq_len, "tokens per row")->capture_default_str()
       ->check(in_range(2, 1 << 30));
   sub->add_option("--batch", o.t.batch, "rows per micro-batch (per rank under MPI)")->capture_default_str()
@@ -185,7 +204,14 @@ TrainConfig train_config(const TrainOpts& o) {
   t.quiet = o.quiet;
   t.adamw.lr = t.schedule.lr;
   if (t.schedule.warmup < 0) t.schedule.warmup = std::max(1L, std::min(100L, t.steps / 10));
-  if (t.steps < 1) fail("--steps must be >= 1, got {}", t.steps);
+  if (t.steps < 1 || t.steps > kMaxSteps) fail("--steps must be in [1, 1e9], got {}", t.steps);
+  // The token and FLOP counters of metrics.jsonl are doubles: exact up to 2^53 tokens.
+  const double total_tokens = static_cast<double>(t.steps) * static_cast<double>(t.batch) *
+                              static_cast<double>(t.seq_len) * t.grad_accum * dist::world_size();
+  if (total_tokens > 9007199254740992.0)
+    fail("--steps {} x --batch {} x --seq-len {} x --grad-accum {} x {} ranks = {:.3g} training tokens, more than "
+         "the run's token counter holds exactly (2^53); train fewer steps or smaller batches",
+         t.steps, t.batch, t.seq_len, t.grad_accum, dist::world_size(), total_tokens);
   if (t.batch < 1) fail("--batch must be >= 1, got {}", t.batch);
   if (t.seq_len < 2) fail("--seq-len must be >= 2, got {}", t.seq_len);
   if (o.resume && o.out.empty()) fail("--resume needs --out (the run folder to continue)");
@@ -200,9 +226,51 @@ struct RunStart {
   ModelConfig cfg;
   std::string data_spec, tok_spec;
   int digits = 7;
+  long done_step = 0;     // the checkpoint's step when continuing
+  RunProtocol protocol;   // what the run measures and keeps (run.json "protocol")
   std::unique_ptr<RunLock> lock;
   bool clear_old_run = false;  // --overwrite: cleared only once the new run has passed every check
 };
+
+// The protocol the flags (or their defaults) describe.
+RunProtocol flag_protocol(const TrainOpts& o, const TrainConfig& t, int digits) {
+  RunProtocol p;
+  p.eval_every = t.eval_every;
+  p.eval_batches = t.eval_batches;
+  p.ckpt_every = t.ckpt_every;
+  p.keep_checkpoints = t.keep_checkpoints;
+  p.evals = ExtraEvalSettings::for_run(o.evals, t.seq_len, digits);
+  return p;
+}
+
+// The run's protocol: the flags' for a new run; run.json's when continuing, with the flags given applied
+// (train/run_protocol.h says which are refused and which are recorded). A run.json written before runs kept their
+// protocol takes the flags'.
+RunProtocol run_protocol(const CLI::App& sub, const TrainOpts& o, const TrainConfig& t, const RunStart& r) {
+  const RunProtocol flags = flag_protocol(o, t, r.digits);
+  if (!o.resume || !r.run.contains("protocol")) {
+    if (o.resume && !o.quiet)
+      fmt::print(stderr, "note: {}/run.json records no protocol; continuing with the flags' (eval every {}, {} "
+                 "batches, checkpoint every {}, keep {})\n", o.out, flags.eval_every, flags.eval_batches,
+                 flags.ckpt_every, flags.keep_checkpoints);
+    return flags;
+  }
+  const std::string source = o.out + "/run.json";
+  ProtocolFlagsGiven given;
+  given.eval_every = sub.count("--eval-every") > 0;
+  given.eval_batches = sub.count("--eval-batches") > 0;
+  given.ckpt_every = sub.count("--ckpt-every") > 0;
+  given.keep_checkpoints = sub.count("--keep-checkpoints") > 0;
+  given.evals = sub.count("--eval") > 0;
+  return resume_protocol(RunProtocol::from_json(r.run["protocol"], source), flags, given, r.done_step, source);
+}
+
+void apply_protocol(const RunProtocol& p, TrainConfig& t) {
+  t.eval_every = p.eval_every;
+  t.eval_batches = p.eval_batches;
+  t.ckpt_every = p.ckpt_every;
+  t.keep_checkpoints = p.keep_checkpoints;
+}
 
 // One trainer per run folder, and a folder holding a run is continued (--resume, with the run's settings and,
 // under another number of ranks, its global batch re-split) or replaced (--overwrite) only when asked.
@@ -231,6 +299,7 @@ RunStart start_run(const CLI::App& sub, TrainOpts& o, TrainConfig& t, int world)
          "cannot change it (use --overwrite or another --out for a new model)", o.out);
   apply_run_settings(sub, r.run, t, o, r.data_spec, r.tok_spec, r.digits);
   const long done = load_trainer_state(r.ckpt).at("step").get<long>();
+  r.done_step = done;
   if (t.steps < done)
     fail("--steps {} is below the run's checkpoint step {} ({}); --steps is the total, give at least {}", t.steps,
          done, r.ckpt, done);
@@ -293,7 +362,9 @@ void write_run_folder(const TrainOpts& o, const TrainConfig& t, RunStart& r, con
                     {"global_batch", t.batch * t.grad_accum * world}, {"lr", t.schedule.lr}, {"schedule", t.schedule.kind},
                     {"warmup", t.schedule.warmup}, {"decay_fraction", t.schedule.decay_fraction},
                     {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.adamw.grad_clip},
-                    {"seed", t.seed}, {"precision", ops::precision_name(t.precision)}};
+                    {"seed", t.seed}, {"precision", ops::precision_name(t.precision)},
+                    {"threads", omp_get_max_threads()}};
+  r.run["protocol"] = r.protocol.to_json();
   write_file_atomic(run_folder::run_json(o.out).string(), r.run.dump(2) + "\n");
 }
 
@@ -313,43 +384,39 @@ std::unique_ptr<NiahMixStream> niah_mix_stream(const TrainOpts& o, const TrainCo
 }
 
 // --eval longppl,niah: extra evaluations logged with each validation row (scaling fits read them from
-// metrics.jsonl). Holds what the trainer's eval hook reads, so it must outlive the training run.
+// metrics.jsonl), with the run's settings. Holds what the trainer's eval hook reads, so it must outlive the run.
 struct ExtraEvals {
-  bool longppl = false, niah = false;
+  ExtraEvalSettings settings;
   std::vector<std::vector<int32_t>> lp_docs;
   LongPplConfig lpc;
   std::unique_ptr<Haystack> noise;
 
-  void install(Trainer& trainer, const TrainOpts& o, const TrainConfig& t, int digits,
-               const data::TokenShard& val_shard, const data::Tokenizer& tok) {
-    for (auto& e : o.evals) {
-      if (e == "longppl") longppl = true;
-      else if (e == "niah") niah = true;
-      else fail("--eval: unknown evaluation '{}' (longppl, niah)", e);
-    }
-    if (longppl) {
-      lp_docs = long_documents(val_shard, t.seq_len, 4);
-      lpc.trunc_len = std::max<i64>(1, t.seq_len / 4);
-      lpc.block = std::max<i64>(1, t.seq_len / 8);
+  void install(Trainer& trainer, const ExtraEvalSettings& s, const TrainConfig& t, const data::TokenShard& val_shard,
+               const data::Tokenizer& tok) {
+    settings = s;
+    if (s.longppl) {
+      lp_docs = long_documents(val_shard, t.seq_len, static_cast<int>(s.longppl_documents));
+      lpc.trunc_len = s.longppl_trunc_len;
+      lpc.block = s.longppl_block;
     }
     noise = std::make_unique<Haystack>(tok);
-    if (!longppl && !niah) return;
+    if (!s.longppl && !s.niah) return;
     const i64 seq_len = t.seq_len, batch = t.batch;
-    trainer.set_eval_hook([this, &tok, seq_len, batch, digits](Model& m, long) {
+    trainer.set_eval_hook([this, &tok, seq_len, batch](Model& m, long) {
       nlohmann::json extra = nlohmann::json::object();
-      if (longppl) {
+      if (settings.longppl) {
         auto sc = model_scorer(m);
         auto r = run_longppl(sc, sc, lp_docs, lpc);
         extra["longppl"] = r["longppl"];
         extra["log_longppl"] = r["log_longppl"];
         extra["longppl_key_tokens"] = r["key_tokens"];
       }
-      if (niah) {
+      if (settings.niah) {
         NiahGridConfig nc;
-        nc.lengths = {seq_len};
-        nc.depths = {0.1, 0.5, 0.9};
-        nc.samples = 2;
-        nc.value_digits = digits;
+        nc.lengths = settings.niah_lengths;
+        nc.depths = settings.niah_depths;
+        nc.samples = static_cast<int>(settings.niah_samples);
+        nc.value_digits = static_cast<int>(settings.niah_digits);
         nc.progress = false;
         extra["niah_accuracy"] = run_niah_grid(m, tok, *noise, nc)["mean"];
       }
@@ -366,6 +433,9 @@ int run_train(const CLI::App& sub, TrainOpts& o) {
   if (!dist::is_root()) o.quiet = true;
   TrainConfig t = train_config(o);
   RunStart r = start_run(sub, o, t, world);
+  if (o.resume) apply_threads(o.threads);  // the run's own count (apply_run_settings)
+  r.protocol = run_protocol(sub, o, t, r);
+  apply_protocol(r.protocol, t);
   MemoryUse mem;
   mem.training = true;
   mem.batch = t.batch;
@@ -400,7 +470,7 @@ int run_train(const CLI::App& sub, TrainOpts& o) {
   std::unique_ptr<NiahMixStream> mixed = niah_mix_stream(o, t, r.digits, train, train_shard, *tok, mix_hay);
   Trainer trainer(model, t, mixed ? static_cast<BatchStream&>(*mixed) : train, &val);
   ExtraEvals extra;
-  extra.install(trainer, o, t, r.digits, *val_shard, *tok);
+  extra.install(trainer, r.protocol.evals, t, *val_shard, *tok);
   trainer.set_run_info({{"data", portable_spec(r.data_spec)}, {"tokenizer", ds.tokenizer_spec}});
   if (o.resume) {
     trainer.resume(r.ckpt);

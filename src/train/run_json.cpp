@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/run_folder.h"
+#include "train/run_protocol.h"
 
 namespace hlm {
 
@@ -22,7 +23,7 @@ nlohmann::json parse_run_json(const std::string& path) {
   if (j.contains("train")) {
     const auto& t = j["train"];
     if (!t.is_object()) fail("{}: field 'train' must be an object", path);
-    for (const char* k : {"steps", "batch", "seq_len", "grad_accum", "warmup", "niah_digits", "seed"})
+    for (const char* k : {"steps", "batch", "seq_len", "grad_accum", "warmup", "niah_digits", "seed", "threads"})
       if (t.contains(k) && !t[k].is_number_integer()) fail("{}: field 'train.{}' must be an integer", path, k);
     for (const char* k : {"lr", "decay_fraction", "weight_decay", "grad_clip", "mix_niah"})
       if (t.contains(k) && !t[k].is_number()) fail("{}: field 'train.{}' must be a number", path, k);
@@ -31,6 +32,7 @@ nlohmann::json parse_run_json(const std::string& path) {
     if (t.contains("niah_digits") && t["niah_digits"].get<long>() < 1)
       fail("{}: field 'train.niah_digits' must be >= 1", path);
   }
+  if (j.contains("protocol")) RunProtocol::from_json(j["protocol"], path);
   return j;
 }
 

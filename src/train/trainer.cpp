@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/distributed.h"
+#include "train/metrics_log.h"
 #include "train/run_folder.h"
 
 namespace hlm {
@@ -70,6 +71,8 @@ void Trainer::resume(const std::string& ckpt_dir) {
   tokens_seen_ = st.value("tokens", 0.0);
   first_val_loss_ = st["first_val_loss"].is_number() ? st["first_val_loss"].get<double>() : -1.0;
   train_.set_state(st.at("train_loader"));
+  // Rows a stopped process logged after this checkpoint belong to steps about to run again.
+  if (!cfg_.out_dir.empty() && writer_) keep_metrics_through(run_folder::metrics(cfg_.out_dir).string(), start_step_);
 }
 
 nlohmann::json Trainer::trainer_state(long step) const {
@@ -90,6 +93,17 @@ nlohmann::json Trainer::trainer_state(long step) const {
 void Trainer::log_metrics(const nlohmann::json& row) {
   if (cfg_.out_dir.empty() || !writer_) return;  // under MPI rank 0 alone writes
   append_file(run_folder::metrics(cfg_.out_dir).string(), row.dump() + "\n");
+}
+
+std::string Trainer::kept_state_note() const {
+  if (cfg_.out_dir.empty()) return " (no --out folder: nothing was saved)";
+  const auto ckpts = run_folder::list_checkpoints(cfg_.out_dir);
+  if (ckpts.empty())
+    return fmt::format("; no checkpoint of this run exists yet ({}), so nothing is kept to resume from",
+                       cfg_.ckpt_every > 0 ? fmt::format("the first was due at step {}", cfg_.ckpt_every)
+                                           : std::string("--ckpt-every 0 saves only at the end"));
+  return fmt::format("; the last good checkpoint, step {} ({}), is kept", ckpts.back().first,
+                     ckpts.back().second.string());
 }
 
 double Trainer::evaluate() {
@@ -197,8 +211,7 @@ TrainResult Trainer::run() {
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
       if (tty) std::fputc('\n', stderr);
       fail("non-finite {} at step {} (loss {}, grad norm {}); stopped without saving this state{}",
-           std::isfinite(loss) ? "gradient" : "loss", step + 1, loss, gnorm,
-           cfg_.out_dir.empty() ? "" : "; the last good checkpoint in " + cfg_.out_dir + " is kept");
+           std::isfinite(loss) ? "gradient" : "loss", step + 1, loss, gnorm, kept_state_note());
     }
     const double lr = lr_at(cfg_.schedule, step, cfg_.steps);
     opt_.step(model_.params(), model_.grads(), lr);

@@ -80,6 +80,8 @@ class Trainer {
 
  private:
   nlohmann::json trainer_state(long step) const;
+  // What a stop on a non-finite value leaves behind to resume from, for its message.
+  std::string kept_state_note() const;
   void log_metrics(const nlohmann::json& row);
   // Sums the gradients over the ranks; returns the seconds it took.
   double sync_gradients();
