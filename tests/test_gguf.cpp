@@ -616,6 +616,22 @@ TEST(GgmlQuants, TypeTableMatchesGgml) {
       std::string::npos);
 }
 
+// Compares n values bit for bit (two NaNs count as equal: the reference may quiet a signalling NaN) and returns
+// how many were NaN.
+int expect_same_bits(const std::string& name, const float* got, const float* want, std::size_t n) {
+  std::size_t mismatches = 0;
+  int nans = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+    nans += both_nan;
+    if (!both_nan && std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]) &&
+        mismatches++ < 5)
+      ADD_FAILURE() << name << "[" << i << "]: " << got[i] << " vs gguf-py " << want[i];
+  }
+  EXPECT_EQ(mismatches, 0u) << name;
+  return nans;
+}
+
 // Random blocks of every type (tools/gguf_check/make_fixtures.py) decode to gguf-py's values, bit for bit.
 TEST(GgmlQuants, EveryTypeMatchesGgufPyBitForBit) {
   const std::string dir = std::string(HLM_SOURCE_DIR) + "/tests/data/gguf/";
@@ -633,15 +649,7 @@ TEST(GgmlQuants, EveryTypeMatchesGgufPyBitForBit) {
     EXPECT_EQ(t.row_major_shape(), want.shape);
     const std::vector<float> got = dequantize(t);
     ASSERT_EQ(got.size(), static_cast<std::size_t>(want.numel()));
-    const float* w = want.f32();
-    std::size_t mismatches = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      const bool both_nan = std::isnan(got[i]) && std::isnan(w[i]);
-      nan_values += both_nan;
-      if (!both_nan && std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(w[i]) && mismatches++ < 5)
-        ADD_FAILURE() << t.name << "[" << i << "]: " << got[i] << " vs gguf-py " << w[i];
-    }
-    EXPECT_EQ(mismatches, 0u);
+    nan_values += expect_same_bits(t.name, got.data(), want.f32(), got.size());
     // Any row range is the same slice.
     const std::int64_t rows = t.n_rows();
     const std::vector<float> mid = dequantize_rows(t, 1, rows - 2);
@@ -689,11 +697,24 @@ TEST(Gguf, MetadataWrittenByGgufPyReadsBack) {
   EXPECT_EQ(nested.type_name(), "ARRAY[ARRAY[INT32]]");
 }
 
-// Opt-in: HLM_GGUF_FILE=path/to/model.gguf parses a released file, lists it, and dequantizes a row of every tensor.
+// Opt-in: HLM_GGUF_FILE=path/to/model.gguf parses a released file, lists it, and dequantizes the last row of every
+// tensor; with HLM_GGUF_EXPECTED (tools/gguf_check/dequantize_released.py) the first rows must equal gguf-py's bits.
 TEST(Gguf, ReleasedFileFromEnvironment) {
   const char* path = std::getenv("HLM_GGUF_FILE");
   if (!path) GTEST_SKIP() << "set HLM_GGUF_FILE to a .gguf file";
   const GgufFile f = GgufFile::read(path);
+  if (const char* expected_path = std::getenv("HLM_GGUF_EXPECTED")) {
+    const SafeTensorsFile expected = SafeTensorsFile::read(expected_path);
+    std::size_t values = 0;
+    for (const SafeTensor& want : expected.tensors()) {
+      const GgufTensor& t = f.tensor(want.name);
+      const std::vector<float> got = dequantize_rows(t, 0, want.shape[0]);
+      ASSERT_EQ(got.size(), static_cast<std::size_t>(want.numel())) << want.name;
+      expect_same_bits(want.name, got.data(), want.f32(), got.size());
+      values += got.size();
+    }
+    std::printf("%zu values of %zu tensors equal gguf-py's bit for bit\n", values, expected.tensors().size());
+  }
   std::printf("%s: GGUF v%u, alignment %llu, %zu keys, %zu tensors\n", path, f.version(),
               static_cast<unsigned long long>(f.alignment()), f.metadata().size(), f.tensors().size());
   for (const GgufKeyValue& kv : f.metadata()) {
