@@ -235,7 +235,6 @@ class MetadataParser {
           "(lying length or truncated file)",
           file_, quoted(key), v.count, gguf_value_type_name(v.elem_type), min_bytes, c_.left());
     if (v.elem_type == GgufValueType::STRING) {
-      v.strings.reserve(v.count);  // bounded by the bytes left: each element has an 8-byte length
       for (std::uint64_t i = 0; i < v.count; ++i)
         v.strings.push_back(c_.string([&] { return fmt::format("element {} of key {}", i, quoted(key)); }));
     } else if (v.elem_type == GgufValueType::ARRAY) {
@@ -409,7 +408,8 @@ void GgufFile::parse_image(const std::uint8_t* bytes, std::size_t n) {
   const std::uint64_t n_tensors = c.u64(header);
   const std::uint64_t n_kv = c.u64(header);
   // Each key-value pair and tensor info takes a minimum number of bytes: a count that the rest of the file cannot
-  // hold is refused here, before anything is allocated for it.
+  // hold is refused here. Nothing is reserved from a count (an entry in memory is larger than its smallest
+  // encoding): memory grows with what is actually parsed.
   if (n_kv > c.left() / kMinKeyValueBytes || n_tensors > c.left() / kMinTensorInfoBytes ||
       n_kv * kMinKeyValueBytes + n_tensors * kMinTensorInfoBytes > c.left())
     fail(
@@ -418,7 +418,6 @@ void GgufFile::parse_image(const std::uint8_t* bytes, std::size_t n) {
         file, n_tensors, n_kv, kMinTensorInfoBytes, kMinKeyValueBytes, c.left());
 
   MetadataParser meta(c, file);
-  metadata_.reserve(n_kv);
   for (std::uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.string([&] { return fmt::format("the key of key-value pair {}", i); });
     if (key_index_.count(key)) fail("gguf: {}: duplicate key {}", file, quoted(key));
@@ -438,7 +437,6 @@ void GgufFile::parse_image(const std::uint8_t* bytes, std::size_t n) {
     alignment_ = kDefaultAlignment;
   }
 
-  tensors_.reserve(n_tensors);
   for (std::uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
     t.file = file;

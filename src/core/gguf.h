@@ -69,7 +69,8 @@ struct GgufKeyValue {
 };
 
 // One tensor of a file. Its bytes live in the GgufFile it came from (valid while that object lives; moving the
-// file keeps them valid) and have no alignment guarantee beyond the file's (use dequantize or memcpy).
+// file keeps them valid; null for a zero-size tensor) and have no alignment guarantee beyond the file's (use
+// dequantize or memcpy).
 struct GgufTensor {
   std::string name;
   GgmlType type = GgmlType::F32;
@@ -99,7 +100,7 @@ class GgufFile {
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
-  // Maps the file read-only (the tensors' bytes are not copied).
+  // Maps the file read-only (the tensors' bytes are not copied; the file must not shrink while it is mapped).
   static GgufFile read(const std::string& path);
   // Parses an in-memory image (copied); `label` stands in for the file name in error messages.
   static GgufFile parse(const void* bytes, std::size_t n, const std::string& label);
