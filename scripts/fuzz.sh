@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a libFuzzer target for SECONDS, starting from its seed corpus (fuzz/corpus/<target>/, committed) plus
 # what earlier runs found (build/<preset>/fuzz-corpus/<target>/, not committed). TARGET is a name from fuzz/
-# without the fuzz_ prefix (safetensors, model_config, memory_estimate, run_json, trainer_state, metrics,
+# without the fuzz_ prefix (safetensors, gguf, model_config, memory_estimate, run_json, trainer_state, metrics,
 # token_shard, tokenizer, sweep_plan) or "all" (every target the preset builds; JOBS at a time). Builds the
 # preset first: PRESET=asan (default; clang, ASan + UBSan, the whole library) or PRESET=readers-asan (the readers
 # of untrusted files alone: builds in minutes, CI's sanitizer stage; no memory_estimate, which needs the engine).
@@ -32,7 +32,11 @@ cmake --build --preset "$preset" --target "${targets[@]/#/fuzz_}"
 run_one() {
   local t=$1 work=$build/fuzz-corpus/$1 crashes=$build/fuzz-crashes/$1 log=$build/fuzz-$1.log dict=() seeds=fuzz/corpus/$1
   mkdir -p "$work" "$crashes"
-  case $t in safetensors|token_shard|tokenizer) ;; *) dict=(-dict=fuzz/json.dict) ;; esac
+  case $t in
+    safetensors|token_shard|tokenizer) ;;
+    gguf) dict=(-dict=fuzz/gguf.dict) ;;
+    *) dict=(-dict=fuzz/json.dict) ;;
+  esac
   [[ $t == memory_estimate ]] && seeds=fuzz/corpus/model_config
   # Leaks are reported at exit only; -rss_limit_mb bounds a run away allocation (the readers must refuse first).
   local rc=0
