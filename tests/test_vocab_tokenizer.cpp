@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "data/byte_level_bpe.h"
+#include "data/spm_vocab_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data/vocab_tokenizer.h"
 
@@ -91,6 +92,8 @@ TokenizerVocab gemma_like() {
   return v;
 }
 
+const SpmVocabTokenizer& spm(const Tokenizer& t) { return dynamic_cast<const SpmVocabTokenizer&>(t); }
+
 std::unique_ptr<Tokenizer> make(const TokenizerVocab& v) { return make_vocab_tokenizer(v, "test.gguf", "test.gguf.json"); }
 
 std::string message_of(const TokenizerVocab& v) {
@@ -158,8 +161,10 @@ TEST(VocabTokenizer, SentencePieceEncodingsWorkedByHand) {
   EXPECT_EQ(tok->encode("\U0001F600"), (Ids{byte(0xF0), byte(0x9F), byte(0x98), byte(0x80)}));
   EXPECT_EQ(tok->encode("\u4e2d\u6587"), (Ids{piece("\u4e2d\u6587")}));
   EXPECT_EQ(tok->encode(""), Ids{});
-  // Control tokens in the text are parsed (llama-tokenize's default), and decode to nothing.
-  EXPECT_EQ(tok->encode("<start_of_turn>hello<eos>"), (Ids{kTurn, piece("hello"), kEos}));
+  // Control tokens written in a text are its characters, unless asked for (llama-tokenize's default); they
+  // decode to nothing.
+  EXPECT_EQ(tok->encode("<eos>"), (Ids{byte('<'), piece("e"), piece("o"), byte('s'), byte('>')}));
+  EXPECT_EQ(spm(*tok).encode("<start_of_turn>hello<eos>", true), (Ids{kTurn, piece("hello"), kEos}));
   EXPECT_EQ(tok->decode({kBos, kTurn, piece("hello"), kEos}), "hello");
 }
 
@@ -203,7 +208,7 @@ TEST(VocabTokenizer, SpacePrefixBosAndDefaults) {
   v.add_space_prefix = true;  // Llama 2 style: a space before the text and after each special token
   auto tok = make(v);
   EXPECT_EQ(tok->encode("hello"), (Ids{piece(kSp), piece("hello")}));
-  EXPECT_EQ(tok->encode("<start_of_turn>hello"), (Ids{kTurn, piece(kSp), piece("hello")}));
+  EXPECT_EQ(spm(*tok).encode("<start_of_turn>hello", true), (Ids{kTurn, piece(kSp), piece("hello")}));
   EXPECT_EQ(tok->decode(tok->encode("hello world")), "hello world");  // the added space comes off
   EXPECT_TRUE(tok->adds_bos());
   EXPECT_FALSE(tok->adds_eos());
@@ -330,9 +335,13 @@ TEST(VocabTokenizer, Gpt2MatchesTheFixturesRunWithoutNormalizerOrPrefixSpace) {
     auto tok = make_vocab_tokenizer(gguf_of_fixture(t, pre), "test.gguf", "test.gguf.json");
     EXPECT_EQ(tok->name(), "gguf-bpe423");
     EXPECT_EQ(tok->eos_id(), 0);
-    // The reference: the fixture as `tokenizers` runs it, less what GGUF does not carry (llama.cpp applies no
-    // normalizer and no prefix space).
+    // The reference: the fixture as `tokenizers` runs it, less what llama.cpp does not do with a GGUF file: no
+    // normalizer, no prefix space, special tokens in the text read as text.
     t["normalizer"] = nullptr;
+    nlohmann::json plain = nlohmann::json::array();
+    for (const auto& a : t["added_tokens"])
+      if (!a["special"].get<bool>()) plain.push_back(a);
+    t["added_tokens"] = plain;
     if (t["pre_tokenizer"]["type"] == "ByteLevel") t["pre_tokenizer"]["add_prefix_space"] = false;
     fs::create_directories(dir.path / family);
     std::ofstream(dir / (family + "/tokenizer.json")) << t.dump();

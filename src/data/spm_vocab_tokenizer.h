@@ -29,8 +29,10 @@ class SpmVocabTokenizer final : public Tokenizer {
   SpmVocabTokenizer(const TokenizerVocab& vocab, const std::string& where, std::string spec, std::int32_t eos,
                     std::int32_t bos, std::int32_t unk, bool add_bos, bool add_eos, bool add_space_prefix);
 
-  // As llama.cpp's tokenize(text, add_special = false, parse_special = true), the default of `llama-tokenize`.
-  std::vector<std::int32_t> encode(std::string_view text) const override { return encode(text, true); }
+  // As llama.cpp's tokenize(text, add_special = false, parse_special = false) (what llama-perplexity runs;
+  // `llama-tokenize --no-parse-special`): text is data, so "<eos>" in a document is its characters.
+  std::vector<std::int32_t> encode(std::string_view text) const override { return encode(text, false); }
+  // parse_special: control and unknown tokens written in the text are those tokens (`llama-tokenize`'s default).
   std::vector<std::int32_t> encode(std::string_view text, bool parse_special) const;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }

@@ -126,8 +126,8 @@ TokenType type_of(const TokenizerVocab& v, size_t id) {
 }
 
 // A gpt2 vocabulary as the tokenizer.json ByteLevelBpeTokenizer reads: every token in the BPE vocabulary,
-// control, unknown and user-defined tokens also as added tokens (cut out of the text before BPE, as
-// llama.cpp does with parse_special), the named pre-tokenizer, no normalizer (llama.cpp has none).
+// user-defined tokens also as added tokens (cut out of the text before BPE, as llama.cpp does; control tokens
+// are not, as with its parse_special off), the named pre-tokenizer, no normalizer (llama.cpp has none).
 std::unique_ptr<Tokenizer> make_gpt2(const TokenizerVocab& v, const std::vector<std::string>& tokens,
                                      const SpecialIds& ids, const std::string& where, const std::string& spec) {
   auto pre = pre_tokenizers().find(v.pre);
@@ -139,13 +139,13 @@ std::unique_ptr<Tokenizer> make_gpt2(const TokenizerVocab& v, const std::vector<
   for (size_t id = 0; id < tokens.size(); ++id) {
     vocab[tokens[id]] = id;
     const TokenType type = type_of(v, id);
-    const bool special = type == TokenType::kControl || type == TokenType::kUnknown;
-    if (special || type == TokenType::kUserDefined) {
-      added.push_back({{"id", id}, {"content", tokens[id]}, {"special", special}, {"normalized", false}});
-      if (!special) specials.raw_decode.push_back(static_cast<std::int32_t>(id));
+    if (type == TokenType::kUserDefined) {
+      added.push_back({{"id", id}, {"content", tokens[id]}, {"special", false}, {"normalized", false}});
+      specials.raw_decode.push_back(static_cast<std::int32_t>(id));
     }
     // llama.cpp decodes these to nothing.
-    if (type == TokenType::kUnused || type == TokenType::kUndefined) specials.silent.push_back(static_cast<std::int32_t>(id));
+    if (type != TokenType::kNormal && type != TokenType::kUserDefined && type != TokenType::kByte)
+      specials.silent.push_back(static_cast<std::int32_t>(id));
   }
   json merges = json::array();
   for (size_t r = 0; r < v.merges.size(); ++r) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares hybridlm's tokenizer made from a GGUF file's metadata with independent tokenizers of the same file:
-  - llama.cpp's `llama-tokenize` (when --llama-tokenize is given or on PATH): the ids hybridlm must equal,
-    with BOS as the file says (hybridlm `tokenizer encode --add-special`) and without;
+  - llama.cpp's `llama-tokenize --no-parse-special` (when --llama-tokenize is given or on PATH): the ids
+    hybridlm must equal, with BOS as the file says (hybridlm `tokenizer encode --add-special`) and without;
   - for "llama" vocabularies, the `sentencepiece` package running a SentencePiece BPE model built from the same
     pieces, scores and types (the model Gemma's tokenizer.model is), on texts without control tokens.
 Texts cover spaces, newlines, tabs, digits, accents (composed and decomposed), CJK, emoji, code and random
@@ -40,6 +40,7 @@ FIXED_TEXTS = [
     "mixed: abc\u4e2ddef \U0001F600x1\u00e92",
     "\u00a0non-breaking\u2009thin\u3000ideographic spaces",
     "a" * 300,
+    "a literal \u2581 and \u2581\u2581 in the text",
 ]
 SPECIAL_TEXTS = ["<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<bos>text<eos>"]
 
@@ -47,7 +48,7 @@ SPECIAL_TEXTS = ["<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
 def random_texts(n, seed=0):
     rng = random.Random(seed)
     pool = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789 .,;:!?'\"()-\n\t") + \
-        ["  ", "\u00e9", "\u00fc", "\u4e2d", "\u6587", "\u3002", "\U0001F600", "\u0301", "\u2581", "ing", "the", "\u00df"]
+        ["  ", "\u00e9", "\u00fc", "\u4e2d", "\u6587", "\u3002", "\U0001F600", "\u0301", "ing", "the", "\u00df"]
     return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 60))) for _ in range(n)]
 
 
@@ -63,7 +64,8 @@ def llama_ids(binary, gguf_path, text, add_bos, workdir):
     path = os.path.join(workdir, "prompt.txt")
     with open(path, "w", encoding="utf-8", newline="") as f:
         f.write(text)
-    cmd = [binary, "-m", gguf_path, "-f", path, "--ids", "--log-disable", "--no-escape"]
+    # hybridlm reads control tokens written in a text as text, as llama.cpp does without parse_special.
+    cmd = [binary, "-m", gguf_path, "-f", path, "--ids", "--log-disable", "--no-escape", "--no-parse-special"]
     if not add_bos:
         cmd.append("--no-bos")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -134,7 +136,7 @@ def main():
         ours = hybridlm_ids(a.hybridlm, vocab_json, text, add_special=False)
         # SentencePiece reads a U+2581 in the text as an escaped space and matches its user-defined "▁▁" pieces
         # there; llama.cpp's user-defined pieces are written with real spaces and matched before escaping.
-        if sp is not None and text not in SPECIAL_TEXTS and SPACE not in text:
+        if sp is not None and SPACE not in text:
             report("spm", text, ours, sp.encode(text))
         if a.llama_tokenize:
             report("llama.cpp", text, ours, llama_ids(a.llama_tokenize, a.gguf, text, False, work))
