@@ -2,8 +2,8 @@
 # Runs a libFuzzer target for SECONDS, starting from its seed corpus (fuzz/corpus/<target>/, committed) plus
 # what earlier runs found (build/<preset>/fuzz-corpus/<target>/, not committed). TARGET is a name from fuzz/
 # without the fuzz_ prefix (safetensors, gguf, model_config, memory_estimate, run_json, trainer_state, metrics,
-# token_shard, tokenizer, sweep_plan) or "all" (every target the preset builds; JOBS at a time). Builds the
-# preset first: PRESET=asan (default; clang, ASan + UBSan, the whole library) or PRESET=readers-asan (the readers
+# token_shard, tokenizer, vocab_tokenizer, sweep_plan) or "all" (every target the preset builds; JOBS at a time).
+# Builds the preset first: PRESET=asan (default; clang, ASan + UBSan, the whole library) or PRESET=readers-asan (the readers
 # of untrusted files alone: builds in minutes, CI's sanitizer stage; no memory_estimate, which needs the engine).
 # A finding (crash, sanitizer report, leak, timeout, over the memory limits) leaves its input as
 # build/<preset>/fuzz-crashes/<target>/ and exits non-zero.

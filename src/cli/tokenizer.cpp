@@ -20,6 +20,7 @@ struct TokenizerArgs {
   double sample_mb = 12;
   double val_fraction = 0.02;
   std::uint64_t seed = 0;
+  bool add_special = false;
 };
 
 int run_train(const TokenizerArgs& a) {
@@ -43,6 +44,8 @@ int run_train(const TokenizerArgs& a) {
 int run_encode(const TokenizerArgs& a) {
   auto tok = data::load_tokenizer(a.spec);
   std::vector<std::int32_t> ids = tok->encode(a.text);
+  if (a.add_special && tok->adds_bos()) ids.insert(ids.begin(), tok->bos_id());
+  if (a.add_special && tok->adds_eos()) ids.push_back(tok->eos_id());
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
   fmt::print("{}\n", line);
@@ -90,11 +93,14 @@ Command register_tokenizer(CLI::App& app) {
       ->check(seed_range());
 
   CLI::App* encode = sub->add_subcommand("encode", "Print the token ids of a text");
-  encode->add_option("--tokenizer", args->spec, "\"byte\", a SentencePiece .model or a Hugging Face tokenizer.json")->required();
+  const char* kinds = "\"byte\", a SentencePiece .model, a Hugging Face tokenizer.json or a GGUF vocabulary .gguf.json";
+  encode->add_option("--tokenizer", args->spec, kinds)->required();
   encode->add_option("--text", args->text, "Text to encode")->required();
+  encode->add_flag("--add-special", args->add_special,
+                   "Add <bos> / <eos> where the tokenizer's model expects them (as llama-tokenize does)");
 
   CLI::App* decode = sub->add_subcommand("decode", "Print the text of space-separated token ids");
-  decode->add_option("--tokenizer", args->spec, "\"byte\", a SentencePiece .model or a Hugging Face tokenizer.json")->required();
+  decode->add_option("--tokenizer", args->spec, kinds)->required();
   decode->add_option("--ids", args->ids, "Token ids, e.g. \"72 105\"")->required();
 
   return {sub, [=]() -> int {

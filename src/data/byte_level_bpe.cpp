@@ -50,19 +50,41 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const std::string& tokenizer_json_p
   std::error_code ec;
   if (!fs::is_regular_file(tokenizer_json_path, ec)) fail("tokenizer: {} not found", tokenizer_json_path);
   path_ = fs::absolute(tokenizer_json_path).lexically_normal().string();
-  const json t = read_json(path_);
-  if (!t.is_object()) fail("{}: expected a JSON object", path_);
+  load(read_json(path_), path_);
+  load_special_ids((fs::path(path_).parent_path() / "tokenizer_config.json").string());
+}
+
+ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const json& tokenizer, const std::string& where, std::string spec,
+                                             std::string name, const Specials& specials)
+    : path_(std::move(spec)), name_(std::move(name)) {
+  load(tokenizer, where);
+  auto check = [&](std::int32_t id, const char* what) {
+    if (id < -1 || id >= vocab_size()) fail("{}: {} id {} is outside the vocabulary of {}", where, what, id, vocab_size());
+  };
+  check(specials.eos, "end-of-sequence");
+  check(specials.bos, "beginning-of-sequence");
+  if (specials.eos < 0) fail("{}: no end-of-sequence token; hybridlm needs it to separate documents", where);
+  eos_ = specials.eos, bos_ = specials.bos;
+  add_bos_ = specials.add_bos, add_eos_ = specials.add_eos;
+  for (const auto& [ids, as] : {std::pair{&specials.raw_decode, kRaw}, {&specials.silent, kSilent}})
+    for (std::int32_t id : *ids) {
+      check(id, "added token");
+      decode_as_[static_cast<size_t>(id)] = as;
+    }
+}
+
+void ByteLevelBpeTokenizer::load(const json& t, const std::string& where) {
+  if (!t.is_object()) fail("{}: expected a JSON object", where);
   const json& model = t.contains("model") ? t.at("model") : json();
-  load_model(model, path_ + ": model");
-  normalizer_ = TextNormalizer::from_json(t.value("normalizer", json()), path_ + ": normalizer");
-  pre_tokenizer_ = PreTokenizer::from_json(t.value("pre_tokenizer", json()), path_ + ": pre_tokenizer");
+  load_model(model, where + ": model");
+  normalizer_ = TextNormalizer::from_json(t.value("normalizer", json()), where + ": normalizer");
+  pre_tokenizer_ = PreTokenizer::from_json(t.value("pre_tokenizer", json()), where + ": pre_tokenizer");
   if (!pre_tokenizer_.maps_bytes())
-    fail("{}: pre_tokenizer has no ByteLevel step; hybridlm runs byte-level BPE only (GPT-2, Llama 3, Qwen style)", path_);
+    fail("{}: pre_tokenizer has no ByteLevel step; hybridlm runs byte-level BPE only (GPT-2, Llama 3, Qwen style)", where);
   const json decoder = t.value("decoder", json());
   if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
-    fail("{}: decoder.type must be \"ByteLevel\" (got {})", path_, decoder.is_object() ? decoder.value("type", json()).dump() : decoder.dump());
-  load_added_tokens(t.value("added_tokens", json::array()), path_ + ": added_tokens");
-  load_special_ids((fs::path(path_).parent_path() / "tokenizer_config.json").string());
+    fail("{}: decoder.type must be \"ByteLevel\" (got {})", where, decoder.is_object() ? decoder.value("type", json()).dump() : decoder.dump());
+  load_added_tokens(t.value("added_tokens", json::array()), where + ": added_tokens");
 }
 
 void ByteLevelBpeTokenizer::load_model(const json& model, const std::string& where) {
@@ -71,7 +93,10 @@ void ByteLevelBpeTokenizer::load_model(const json& model, const std::string& whe
          model.is_object() ? model.value("type", json()).dump() : model.dump());
   if (!is_unset(model, "dropout") && model.at("dropout").is_number() && model.at("dropout").get<double>() > 0)
     fail("{}.dropout: BPE dropout is not supported (it makes encoding random)", where);
-  if (model.value("byte_fallback", false)) fail("{}.byte_fallback: true is not supported by byte-level BPE", where);
+  if (model.value("byte_fallback", false))
+    fail("{}.byte_fallback: true is a SentencePiece-style BPE (Gemma, Llama 2, Mistral), not byte-level BPE; hybridlm "
+         "runs it from the folder's tokenizer.model or from a GGUF file's vocabulary (.gguf.json) instead",
+         where);
   if (!is_unset(model, "continuing_subword_prefix")) fail("{}.continuing_subword_prefix: not supported", where);
   if (!is_unset(model, "end_of_word_suffix")) fail("{}.end_of_word_suffix: not supported", where);
   ignore_merges_ = model.value("ignore_merges", false);
@@ -137,8 +162,9 @@ void ByteLevelBpeTokenizer::load_added_tokens(const json& list, const std::strin
                    [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
   for (size_t i = 0; i < added_.size(); ++i)
     added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(static_cast<std::uint32_t>(i));
-  is_special_.assign(id_to_token_.size(), 0);
-  for (const AddedToken& a : added_) is_special_[static_cast<size_t>(a.id)] = a.special;
+  decode_as_.assign(id_to_token_.size(), kBytes);
+  for (const AddedToken& a : added_)
+    if (a.special) decode_as_[static_cast<size_t>(a.id)] = kSilent;
 }
 
 void ByteLevelBpeTokenizer::load_special_ids(const std::string& config_path) {
@@ -265,10 +291,15 @@ std::string ByteLevelBpeTokenizer::decode(const std::vector<std::int32_t>& ids) 
     const std::int32_t id = ids[i];
     HLM_CHECK(id >= 0 && id < vocab_size(), "ByteLevelBpeTokenizer.decode: id {} at position {} outside [0, {}) of {}", id,
               i, vocab_size(), path_);
-    if (is_special_[static_cast<size_t>(id)]) continue;
+    const char as = decode_as_[static_cast<size_t>(id)];
+    if (as == kSilent) continue;
+    const std::string& tok = id_to_token_[static_cast<size_t>(id)];
+    if (as == kRaw) {
+      out += tok;
+      continue;
+    }
     // Each character back to its byte; a token with a character outside the byte table (an added token
     // such as CJK text) is its own UTF-8, as `tokenizers`' ByteLevel decoder does.
-    const std::string& tok = id_to_token_[static_cast<size_t>(id)];
     std::string bytes;
     bool all = true;
     for (size_t k = 0; k < tok.size() && all;) {

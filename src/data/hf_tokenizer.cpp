@@ -328,7 +328,9 @@ void write_hf_tokenizer(const Tokenizer& tok, const std::string& out_dir, long m
     write_config_files(out, byte_tokenizer_json(), "", kByteEos, "", model_max_length);
     return;
   }
-  if (dynamic_cast<const ByteLevelBpeTokenizer*>(&tok)) {
+  if (const auto* bpe = dynamic_cast<const ByteLevelBpeTokenizer*>(&tok)) {
+    if (!bpe->from_tokenizer_json())
+      fail("export --format hf: tokenizer '{}' (made from GGUF metadata) has no Hugging Face form yet", tok.spec());
     // A Hugging Face tokenizer to begin with: its files go out as they came in.
     const fs::path from = fs::path(tok.spec()).parent_path();
     fs::copy_file(tok.spec(), out / "tokenizer.json", fs::copy_options::overwrite_existing);
