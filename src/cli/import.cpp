@@ -1,12 +1,16 @@
-// hybridlm import: a Hugging Face folder (config.json, safetensors weights, tokenizer) as a hybridlm run
-// folder, so eval, probe and generate run on it. docs/hf.md.
+// hybridlm import: a Hugging Face folder (config.json, safetensors weights, tokenizer) or a GGUF file (llama.cpp's
+// format: metadata, quantized weights, tokenizer) as a hybridlm run folder, so eval, probe, generate, logits and
+// further training run on it. docs/hf.md.
 #include <filesystem>
 #include <fstream>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/gguf.h"
+#include "data/gguf_vocab.h"
 #include "data/hf_tokenizer.h"
+#include "model/gguf_import.h"
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
 #include "train/checkpoint.h"
@@ -14,18 +18,63 @@
 
 namespace hlm::cli {
 
+namespace {
+
+// A .gguf file: every check (architecture, keys, tensor names and types, the tokenizer) passes before the run
+// folder is made.
+int import_gguf(const std::string& path, const std::string& out, bool json) {
+  namespace fs = std::filesystem;
+  const GgufFile file = GgufFile::read(path);
+  const GgufImport imp = gguf_import_config(file);
+  const data::TokenizerVocab vocab = data::read_gguf_vocab(file);
+  const std::string tok_path = (fs::absolute(out) / "tokenizer.gguf.json").lexically_normal().string();
+  auto tok = data::make_vocab_tokenizer(vocab, path, tok_path);
+  if (tok->vocab_size() > imp.hf.config.vocab_size)
+    fail("{}: the tokenizer has {} ids, more than the model's vocab_size {}", path, tok->vocab_size(),
+         imp.hf.config.vocab_size);
+  Model model(imp.hf.config);
+  load_gguf_weights(file, imp, model);
+  fs::create_directories(out);
+  data::write_vocab_json(vocab, tok_path);
+  const std::string from = fs::absolute(path).lexically_normal().string();
+  nlohmann::json run = {{"imported_from", from}, {"architecture", imp.hf.architecture},
+                        {"gguf_architecture", imp.gguf_architecture}, {"tokenizer", tok_path}};
+  save_checkpoint(out, 0, model, nullptr, {{"step", 0}, {"imported_from", from}});
+  write_file_atomic(run_folder::run_json(out).string(), run.dump(2) + "\n");
+  if (json) {
+    print_json({{"out", out}, {"architecture", imp.hf.architecture}, {"gguf_architecture", imp.gguf_architecture},
+                {"pattern", imp.hf.config.layer_pattern()}, {"params", model.num_params()}, {"tokenizer", tok_path},
+                {"notes", imp.hf.notes}});
+  } else {
+    fmt::print("wrote {} ({} from GGUF {}, layers {}, {} parameters, tokenizer {})\n", out,
+               imp.gguf_architecture, imp.hf.architecture, imp.hf.config.layer_pattern(), model.num_params(),
+               tok->name());
+    for (const auto& n : imp.hf.notes) fmt::print("note: {}\n", n);
+  }
+  return 0;
+}
+
+}  // namespace
+
 Command register_import(CLI::App& app) {
-  auto* sub = app.add_subcommand("import", "read a Hugging Face transformers folder into a run folder");
+  auto* sub = app.add_subcommand("import", "read a Hugging Face transformers folder or a GGUF file into a run folder");
   struct Opts {
     std::string hf_dir, out;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  sub->add_option("hf_dir", o->hf_dir, "folder with config.json and model.safetensors")->required();
+  sub->add_option("source", o->hf_dir, "folder with config.json and model.safetensors, or a .gguf file")->required();
   sub->add_option("--out", o->out, "run folder to create")->required();
   sub->add_flag("--json", o->json, "print a JSON result on stdout");
   return {sub, [o]() -> int {
             namespace fs = std::filesystem;
+            std::error_code ec;
+            if (fs::is_regular_file(o->hf_dir, ec)) {
+              if (fs::path(o->hf_dir).extension() != ".gguf")
+                fail("{}: a file, but not a .gguf file; import reads a GGUF file or a Hugging Face folder",
+                     o->hf_dir);
+              return import_gguf(o->hf_dir, o->out, o->json);
+            }
             const std::string cfg_path = (fs::path(o->hf_dir) / "config.json").string();
             std::ifstream f(cfg_path);
             if (!f) fail("{}: cannot open", cfg_path);
