@@ -8,12 +8,11 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/byte_level_bpe.h"
@@ -55,11 +54,20 @@ std::string slurp(const std::string& path) {
 // score 0, then scored pieces (higher merges first). Ids of the pieces are 264 + their index in `pieces`.
 constexpr std::int32_t kPad = 0, kEos = 1, kBos = 2, kUnk = 3, kNl = 4, kNl2 = 5, kTwoSpaces = 6, kTurn = 7, kAB = 8,
                        kBCD = 9, kByte0 = 10;
-const std::vector<std::pair<std::string, float>> kPieces = {
-    {kSp, -1},      {"h", -2},      {"e", -3},        {"l", -4},   {"o", -5},     {"w", -6},         {"r", -7},
-    {"d", -8},      {"1", -9},      {"2", -9.5f},     {"3", -9.6f}, {"\u4e2d", -9.7f}, {"\u6587", -9.8f}, {"a", -9.9f},
-    {"b", -9.95f},  {"he", -10},    {"ll", -11},      {"hell", -12}, {"hello", -13}, {kSp + "w", -14}, {"or", -15},
-    {kSp + "wor", -16}, {"ld", -17}, {kSp + "world", -18}, {"12", -20}, {"\u4e2d\u6587", -21}, {kSp + kSp, -22}};
+const std::vector<std::pair<std::string, float>> kPieces = {{kSp, -1},         {"h", -2},
+                                                            {"e", -3},         {"l", -4},
+                                                            {"o", -5},         {"w", -6},
+                                                            {"r", -7},         {"d", -8},
+                                                            {"1", -9},         {"2", -9.5f},
+                                                            {"3", -9.6f},      {"\u4e2d", -9.7f},
+                                                            {"\u6587", -9.8f}, {"a", -9.9f},
+                                                            {"b", -9.95f},     {"he", -10},
+                                                            {"ll", -11},       {"hell", -12},
+                                                            {"hello", -13},    {kSp + "w", -14},
+                                                            {"or", -15},       {kSp + "wor", -16},
+                                                            {"ld", -17},       {kSp + "world", -18},
+                                                            {"12", -20},       {"\u4e2d\u6587", -21},
+                                                            {kSp + kSp, -22}};
 
 std::int32_t piece(const std::string& text) {
   for (size_t i = 0; i < kPieces.size(); ++i)
@@ -94,7 +102,9 @@ TokenizerVocab gemma_like() {
 
 const SpmVocabTokenizer& spm(const Tokenizer& t) { return dynamic_cast<const SpmVocabTokenizer&>(t); }
 
-std::unique_ptr<Tokenizer> make(const TokenizerVocab& v) { return make_vocab_tokenizer(v, "test.gguf", "test.gguf.json"); }
+std::unique_ptr<Tokenizer> make(const TokenizerVocab& v) {
+  return make_vocab_tokenizer(v, "test.gguf", "test.gguf.json");
+}
 
 std::string message_of(const TokenizerVocab& v) {
   try {
@@ -122,7 +132,7 @@ Ids reference_merge(const TokenizerVocab& v, const std::string& escaped) {
     for (size_t i = 0; i + 1 < sym.size(); ++i) {
       auto it = id.find(sym[i] + sym[i + 1]);
       if (it != id.end() && (best < 0 || v.scores[static_cast<size_t>(it->second)] >
-                                              v.scores[static_cast<size_t>(id.at(sym[best] + sym[best + 1]))]))
+                                             v.scores[static_cast<size_t>(id.at(sym[best] + sym[best + 1]))]))
         best = static_cast<int>(i);
     }
     if (best < 0) break;
@@ -238,10 +248,12 @@ TEST(VocabTokenizer, DecodeInvertsEncode) {
     TokenizerVocab v = gemma_like();
     v.add_space_prefix = prefix;
     auto tok = make(v);
-    std::vector<std::string> texts = {"hello world", "caf\u00e9 na\u0308ive \u4e2d\u6587 \U0001F600\U0001F680 12345", "x"};
+    std::vector<std::string> texts = {"hello world", "caf\u00e9 na\u0308ive \u4e2d\u6587 \U0001F600\U0001F680 12345",
+                                      "x"};
     // With a space prefix, llama.cpp also puts a space after each user-defined token, which decoding keeps.
     if (!prefix)
-      for (const char* t : {"  leading and trailing  ", "tabs\tand\nnew\n\n\nlines\r\n", "   ", "AB BCD ABCD"}) texts.push_back(t);
+      for (const char* t : {"  leading and trailing  ", "tabs\tand\nnew\n\n\nlines\r\n", "   ", "AB BCD ABCD"})
+        texts.push_back(t);
     for (const std::string& text : texts) {
       SCOPED_TRACE(text);
       EXPECT_EQ(tok->decode(tok->encode(text)), text);
@@ -301,7 +313,9 @@ TEST(VocabTokenizer, RefusesInconsistentMetadataNamingTheKey) {
 
 namespace {
 
-fs::path bpe_fixture(const std::string& family) { return fs::path(HLM_SOURCE_DIR) / "tests" / "data" / ("hf_bpe_" + family); }
+fs::path bpe_fixture(const std::string& family) {
+  return fs::path(HLM_SOURCE_DIR) / "tests" / "data" / ("hf_bpe_" + family);
+}
 
 // The tokenizer.json of a fixture as tokenizer.ggml.* keys (what llama.cpp's converter writes).
 TokenizerVocab gguf_of_fixture(const nlohmann::json& t, const std::string& pre) {
@@ -311,13 +325,15 @@ TokenizerVocab gguf_of_fixture(const nlohmann::json& t, const std::string& pre) 
   std::map<std::int32_t, std::pair<std::string, TokenType>> by_id;
   for (const auto& [text, id] : t["model"]["vocab"].items()) by_id[id.get<std::int32_t>()] = {text, TokenType::kNormal};
   for (const auto& a : t["added_tokens"])
-    by_id[a["id"].get<std::int32_t>()] = {a["content"], a["special"].get<bool>() ? TokenType::kControl : TokenType::kUserDefined};
+    by_id[a["id"].get<std::int32_t>()] = {a["content"],
+                                          a["special"].get<bool>() ? TokenType::kControl : TokenType::kUserDefined};
   for (const auto& [id, entry] : by_id) {
     EXPECT_EQ(id, static_cast<std::int32_t>(v.tokens.size()));
     v.tokens.push_back(entry.first);
     v.token_type.push_back(static_cast<std::int32_t>(entry.second));
   }
-  for (const auto& m : t["model"]["merges"]) v.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+  for (const auto& m : t["model"]["merges"])
+    v.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
   v.eos = 0;
   v.bos = 1;
   v.add_bos = false;

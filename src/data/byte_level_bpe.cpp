@@ -59,7 +59,8 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(const json& tokenizer, const std::s
     : path_(std::move(spec)), name_(std::move(name)) {
   load(tokenizer, where);
   auto check = [&](std::int32_t id, const char* what) {
-    if (id < -1 || id >= vocab_size()) fail("{}: {} id {} is outside the vocabulary of {}", where, what, id, vocab_size());
+    if (id < -1 || id >= vocab_size())
+      fail("{}: {} id {} is outside the vocabulary of {}", where, what, id, vocab_size());
   };
   check(specials.eos, "end-of-sequence");
   check(specials.bos, "beginning-of-sequence");

@@ -50,8 +50,8 @@ struct Fragment {
 }  // namespace
 
 SpmVocabTokenizer::SpmVocabTokenizer(const TokenizerVocab& vocab, const std::string& where, std::string spec,
-                                     std::int32_t eos, std::int32_t bos, std::int32_t unk, bool add_bos,
-                                     bool add_eos, bool add_space_prefix)
+                                     std::int32_t eos, std::int32_t bos, std::int32_t unk, bool add_bos, bool add_eos,
+                                     bool add_space_prefix)
     : spec_(std::move(spec)),
       tokens_(vocab.tokens),
       eos_(eos),
@@ -80,7 +80,8 @@ SpmVocabTokenizer::SpmVocabTokenizer(const TokenizerVocab& vocab, const std::str
       case TokenType::kByte: {
         const int b = byte_of_token(t);
         if (b < 0)
-          fail("{}: tokenizer.ggml.tokens[{}]: '{}' has token_type 6 (byte) but is not of the form <0xNN>", where, id, t);
+          fail("{}: tokenizer.ggml.tokens[{}]: '{}' has token_type 6 (byte) but is not of the form <0xNN>", where, id,
+               t);
         decoded_[id] = std::string(1, static_cast<char>(b));
         break;
       }
@@ -200,7 +201,9 @@ void SpmVocabTokenizer::merge_text(std::string_view text, std::vector<std::int32
     size_t size;
   };
   // Highest score first; among equal scores the leftmost (the lower symbol index).
-  auto worse = [](const Pair& a, const Pair& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  auto worse = [](const Pair& a, const Pair& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
   std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> queue(worse);
   auto consider = [&](int left, int right) {
     if (left < 0 || right < 0) return;
@@ -248,8 +251,8 @@ void SpmVocabTokenizer::merge_text(std::string_view text, std::vector<std::int32
 std::string SpmVocabTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
-    HLM_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), "SpmVocabTokenizer.decode: id {} at position {} outside [0, {}) of {}",
-              ids[i], i, vocab_size(), spec_);
+    HLM_CHECK(ids[i] >= 0 && ids[i] < vocab_size(),
+              "SpmVocabTokenizer.decode: id {} at position {} outside [0, {}) of {}", ids[i], i, vocab_size(), spec_);
     const std::string& piece = decoded_[static_cast<size_t>(ids[i])];
     // The space that encoding put in front of the text comes off again (llama.cpp strips it from the first
     // token only).

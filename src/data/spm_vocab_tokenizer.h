@@ -64,8 +64,8 @@ class SpmVocabTokenizer final : public Tokenizer {
   std::vector<float> scores_;
   std::vector<std::string> decoded_;  // by id: what the token decodes to
   std::unordered_map<std::string_view, std::int32_t, ViewHash, std::equal_to<>> ids_;  // views into tokens_
-  std::vector<SpecialsOfLength> user_defined_, all_special_;  // longest first
-  std::array<std::int32_t, 256> byte_ids_{};                  // -1: no token for that byte
+  std::vector<SpecialsOfLength> user_defined_, all_special_;                           // longest first
+  std::array<std::int32_t, 256> byte_ids_{};                                           // -1: no token for that byte
   std::int32_t eos_ = -1, bos_ = -1, unk_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
 };

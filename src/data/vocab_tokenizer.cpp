@@ -3,9 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <unordered_map>
-
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -73,7 +72,9 @@ struct SpecialIds {
 
 SpecialIds special_ids(const TokenizerVocab& v, const std::string& where) {
   const std::int64_t n = static_cast<std::int64_t>(v.tokens.size());
-  for (const auto& [key, id] : {std::pair{"bos_token_id", v.bos}, {"eos_token_id", v.eos}, {"unknown_token_id", v.unk},
+  for (const auto& [key, id] : {std::pair{"bos_token_id", v.bos},
+                                {"eos_token_id", v.eos},
+                                {"unknown_token_id", v.unk},
                                 {"padding_token_id", v.pad}})
     if (id != -1 && (id < 0 || id >= n))
       fail("{}: tokenizer.ggml.{} = {} is outside the vocabulary of {} tokens", where, key, id, n);
@@ -91,8 +92,10 @@ SpecialIds special_ids(const TokenizerVocab& v, const std::string& where) {
   s.add_eos = v.add_eos.value_or(false);
   s.add_space_prefix = v.add_space_prefix.value_or(spm);
   if (s.eos < 0) fail("{}: tokenizer.ggml.eos_token_id is missing; hybridlm needs it to separate documents", where);
-  if (s.add_bos && s.bos < 0) fail("{}: tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing", where);
-  if (s.add_eos && s.eos < 0) fail("{}: tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing", where);
+  if (s.add_bos && s.bos < 0)
+    fail("{}: tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing", where);
+  if (s.add_eos && s.eos < 0)
+    fail("{}: tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing", where);
   return s;
 }
 
@@ -100,7 +103,8 @@ SpecialIds special_ids(const TokenizerVocab& v, const std::string& where) {
 std::vector<std::string> checked_tokens(const TokenizerVocab& v, const std::string& where) {
   const size_t n = v.tokens.size();
   if (n == 0) fail("{}: tokenizer.ggml.tokens is missing or empty", where);
-  if (n >= static_cast<size_t>(INT32_MAX)) fail("{}: tokenizer.ggml.tokens has {} tokens, more than ids can number", where, n);
+  if (n >= static_cast<size_t>(INT32_MAX))
+    fail("{}: tokenizer.ggml.tokens has {} tokens, more than ids can number", where, n);
   if (!v.scores.empty() && v.scores.size() != n)
     fail("{}: tokenizer.ggml.scores has {} entries for {} tokens", where, v.scores.size(), n);
   if (!v.token_type.empty() && v.token_type.size() != n)
@@ -132,8 +136,10 @@ std::unique_ptr<Tokenizer> make_gpt2(const TokenizerVocab& v, const std::vector<
                                      const SpecialIds& ids, const std::string& where, const std::string& spec) {
   auto pre = pre_tokenizers().find(v.pre);
   if (pre == pre_tokenizers().end())
-    fail("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer hybridlm knows (it runs: {})", where, v.pre, known_pre_names());
-  if (v.merges.empty()) fail("{}: tokenizer.ggml.merges is missing or empty (a gpt2 vocabulary needs its merges)", where);
+    fail("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer hybridlm knows (it runs: {})", where, v.pre,
+         known_pre_names());
+  if (v.merges.empty())
+    fail("{}: tokenizer.ggml.merges is missing or empty (a gpt2 vocabulary needs its merges)", where);
   json vocab = json::object(), added = json::array();
   ByteLevelBpeTokenizer::Specials specials;
   for (size_t id = 0; id < tokens.size(); ++id) {
@@ -185,9 +191,10 @@ json parse_json_file(const std::string& path) {
 std::unique_ptr<Tokenizer> make_vocab_tokenizer(const TokenizerVocab& vocab, const std::string& where,
                                                 const std::string& spec) {
   if (vocab.model != "llama" && vocab.model != "gpt2")
-    fail("{}: tokenizer.ggml.model '{}' is not supported (hybridlm runs \"llama\", SentencePiece BPE, and \"gpt2\", "
-         "byte-level BPE)",
-         where, vocab.model);
+    fail(
+        "{}: tokenizer.ggml.model '{}' is not supported (hybridlm runs \"llama\", SentencePiece BPE, and \"gpt2\", "
+        "byte-level BPE)",
+        where, vocab.model);
   const std::vector<std::string> tokens = checked_tokens(vocab, where);
   const SpecialIds ids = special_ids(vocab, where);
   if (vocab.model == "gpt2") return make_gpt2(vocab, tokens, ids, where, spec);
@@ -203,11 +210,13 @@ void write_vocab_json(const TokenizerVocab& v, const std::string& path) {
   if (!v.scores.empty()) j["tokenizer.ggml.scores"] = v.scores;
   if (!v.token_type.empty()) j["tokenizer.ggml.token_type"] = v.token_type;
   if (!v.merges.empty()) j["tokenizer.ggml.merges"] = v.merges;
-  for (const auto& [key, id] : {std::pair{"bos_token_id", v.bos}, {"eos_token_id", v.eos}, {"unknown_token_id", v.unk},
+  for (const auto& [key, id] : {std::pair{"bos_token_id", v.bos},
+                                {"eos_token_id", v.eos},
+                                {"unknown_token_id", v.unk},
                                 {"padding_token_id", v.pad}})
     if (id != -1) j[std::string("tokenizer.ggml.") + key] = id;
-  for (const auto& [key, flag] : {std::pair{"add_bos_token", v.add_bos}, {"add_eos_token", v.add_eos},
-                                  {"add_space_prefix", v.add_space_prefix}})
+  for (const auto& [key, flag] :
+       {std::pair{"add_bos_token", v.add_bos}, {"add_eos_token", v.add_eos}, {"add_space_prefix", v.add_space_prefix}})
     if (flag) j[std::string("tokenizer.ggml.") + key] = *flag;
   std::string text;
   try {
@@ -250,7 +259,8 @@ TokenizerVocab read_vocab_json(const std::string& path) {
   get("eos_token_id", v.eos);
   get("unknown_token_id", v.unk);
   get("padding_token_id", v.pad);
-  for (const auto& [key, flag] : {std::pair{"add_bos_token", &v.add_bos}, {"add_eos_token", &v.add_eos},
+  for (const auto& [key, flag] : {std::pair{"add_bos_token", &v.add_bos},
+                                  {"add_eos_token", &v.add_eos},
                                   {"add_space_prefix", &v.add_space_prefix}}) {
     bool b = false;
     if (field(key)) {

@@ -17,15 +17,23 @@
 namespace hlm::data {
 
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum class TokenType : std::int32_t { kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum class TokenType : std::int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 struct TokenizerVocab {
-  std::string model;                    // tokenizer.ggml.model: "llama" or "gpt2"
-  std::string pre;                      // tokenizer.ggml.pre: the gpt2 pre-tokenizer's name ("" when absent)
-  std::vector<std::string> tokens;      // tokenizer.ggml.tokens, by id
-  std::vector<float> scores;            // tokenizer.ggml.scores (empty when absent: all 0)
-  std::vector<std::int32_t> token_type; // tokenizer.ggml.token_type (empty when absent: all normal)
-  std::vector<std::string> merges;      // tokenizer.ggml.merges, "left right", rank = index (gpt2)
+  std::string model;                     // tokenizer.ggml.model: "llama" or "gpt2"
+  std::string pre;                       // tokenizer.ggml.pre: the gpt2 pre-tokenizer's name ("" when absent)
+  std::vector<std::string> tokens;       // tokenizer.ggml.tokens, by id
+  std::vector<float> scores;             // tokenizer.ggml.scores (empty when absent: all 0)
+  std::vector<std::int32_t> token_type;  // tokenizer.ggml.token_type (empty when absent: all normal)
+  std::vector<std::string> merges;       // tokenizer.ggml.merges, "left right", rank = index (gpt2)
   // tokenizer.ggml.{bos,eos,unknown,padding}_token_id; -1 when the key is absent.
   std::int64_t bos = -1, eos = -1, unk = -1, pad = -1;
   // tokenizer.ggml.add_bos_token, add_eos_token, add_space_prefix; absent: llama.cpp's default for the model.
