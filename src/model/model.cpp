@@ -10,11 +10,11 @@
 #include "ops/add.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
+#include "ops/gated_unit.h"
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
 #include "ops/rmsnorm.h"
-#include "ops/swiglu.h"
 #include "ops/transpose.h"
 
 namespace hlm {
