@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "ops/gated_unit.h"
 #include "ops/l2norm.h"
 #include "ops/matmul_bf16.h"
 #include "ops/mixer_gates.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
-#include "ops/swiglu.h"
 
 namespace {
 

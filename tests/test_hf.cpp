@@ -279,6 +279,191 @@ TEST(HfWeights, GatedDeltaNetOnlyIsQwen3NextWithFusedProjectionsAndShiftedNorms)
   EXPECT_NE(error_of([&] { hf_import_config(cfg, "config.json"); }).find("'linear_num_value_heads'"), std::string::npos);
 }
 
+namespace {
+// Gemma 3's block on the small config (docs/model.md "Gemma 3"): QK-norm, S's own RoPE base, the query scale from
+// query_pre_attn_scalar 12 (head_dim is 16), sandwich norms, GeGLU, scaled embeddings.
+ModelConfig small_gemma(std::vector<std::string> sets = {}) {
+  std::vector<std::string> g = {"pattern=SSSF", "layer_types.F.rope=true", "layer_types.F.qk_norm=true",
+                                "layer_types.S.qk_norm=true", "layer_types.S.rope_theta=500.0",
+                                "layer_types.F.query_pre_attn_scalar=12", "layer_types.S.query_pre_attn_scalar=12",
+                                "rope_theta=1000000.0", "mlp_activation=geglu_tanh", "sandwich_norm=true",
+                                "scale_embeddings=true"};
+  g.insert(g.end(), sets.begin(), sets.end());
+  return small(g);
+}
+}  // namespace
+
+TEST(HfConfig, GemmaBlockExportsToGemma3WithARopeBasePerLayerType) {
+  const HfExport e = hf_export_config(small_gemma({"tie_embeddings=true"}), {2, 1});
+  EXPECT_EQ(e.architecture, "Gemma3ForCausalLM");
+  const json& c = e.config;
+  EXPECT_EQ(c["model_type"], "gemma3_text");
+  EXPECT_EQ(c["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_FALSE(c.contains("hidden_act"));
+  EXPECT_EQ(c["query_pre_attn_scalar"], 12);
+  EXPECT_EQ(c["sliding_window"], 8);
+  EXPECT_EQ(c["layer_types"], json({"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"}));
+  EXPECT_EQ(c["rope_parameters"]["full_attention"]["rope_theta"], 1000000.0);
+  EXPECT_EQ(c["rope_parameters"]["sliding_attention"]["rope_theta"], 500.0);
+  EXPECT_EQ(c["tie_word_embeddings"], true);
+  EXPECT_TRUE(c["final_logit_softcapping"].is_null());
+  EXPECT_TRUE(c["attn_logit_softcapping"].is_null());
+  // Without the scalar set, Gemma's is head_dim: hybridlm's default scale.
+  json j = small_gemma().to_json();
+  for (const char* t : {"F", "S"}) j["layer_types"][t].erase("query_pre_attn_scalar");
+  EXPECT_EQ(hf_export_config(ModelConfig::from_json(j, "test"), {}).config["query_pre_attn_scalar"], 16);
+}
+
+TEST(HfConfig, GemmaBlockRefusalsNameTheReason) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"layer_types.S.qk_norm=false"}, "layer_types.S.qk_norm is off"},
+      {{"layer_types.S.rope=false"}, "layer_types.S.rope is off"},
+      {{"sandwich_norm=false"}, "has all three"},
+      {{"mlp_activation=swiglu"}, "has all three"},
+      {{"layer_types.S.head_dim=8"}, "layer_types.S.head_dim"},
+      {{"layer_types.S.query_pre_attn_scalar=16"}, "query_pre_attn_scalar differs"},
+      {{"layer_types.F.query_pre_attn_scalar=12.5", "layer_types.S.query_pre_attn_scalar=12.5"}, "not an integer"},
+      {{"norm_eps=1e-5"}, "norm_eps"},
+      {{"pattern=MMSF", "layer_types.M.head_dim=16"}, "Gemma 3 has attention layers only"},
+  };
+  for (const auto& [sets, needle] : refused) {
+    const std::string msg = error_of([&s = sets] { hf_export_config(small_gemma(s), {}); });
+    EXPECT_NE(msg.find(needle), std::string::npos) << "'" << msg << "' should contain '" << needle << "'";
+  }
+  EXPECT_NE(error_of([] { hf_export_config(small({"scale_embeddings=true"}), {}); }).find("has all three"),
+            std::string::npos);
+}
+
+TEST(HfConfig, GemmaBlockExportThenImportGivesTheSameConfig) {
+  for (const auto& sets : std::vector<std::vector<std::string>>{{"tie_embeddings=true"}, {}, {"pattern=F"}}) {
+    const ModelConfig c = small_gemma(sets);
+    const HfImport imp = hf_import_config(hf_export_config(c, {}).config, "config.json");
+    EXPECT_EQ(imp.architecture, "Gemma3ForCausalLM");
+    json want = c.to_json(), got = imp.config.to_json();
+    want["pattern"] = c.layer_pattern(), got["pattern"] = imp.config.layer_pattern();
+    if (c.pattern.find('S') == std::string::npos) want.erase("window"), got.erase("window");
+    EXPECT_EQ(got.dump(), want.dump()) << c.pattern;
+    EXPECT_EQ(imp.tied_embeddings, c.tie_embeddings);
+  }
+}
+
+// google/gemma-3-270m's config.json as transformers 4.5x writes it: rope_theta and rope_local_base_freq at the top,
+// _sliding_window_pattern, layer_types.
+TEST(HfConfig, Gemma3_270mConfigImportsAsFiveSlidingLayersPerFullOne) {
+  json layer_types = json::array();
+  for (int l = 0; l < 18; ++l) layer_types.push_back((l + 1) % 6 ? "sliding_attention" : "full_attention");
+  const json hf = {{"_sliding_window_pattern", 6}, {"architectures", {"Gemma3ForCausalLM"}},
+                   {"attention_bias", false}, {"attention_dropout", 0.0}, {"attn_logit_softcapping", nullptr},
+                   {"bos_token_id", 2}, {"eos_token_id", 1}, {"final_logit_softcapping", nullptr}, {"head_dim", 256},
+                   {"hidden_activation", "gelu_pytorch_tanh"}, {"hidden_size", 640}, {"initializer_range", 0.02},
+                   {"intermediate_size", 2048}, {"layer_types", layer_types}, {"max_position_embeddings", 32768},
+                   {"model_type", "gemma3_text"}, {"num_attention_heads", 4}, {"num_hidden_layers", 18},
+                   {"num_key_value_heads", 1}, {"pad_token_id", 0}, {"query_pre_attn_scalar", 256},
+                   {"rms_norm_eps", 1e-06}, {"rope_local_base_freq", 10000.0}, {"rope_scaling", nullptr},
+                   {"rope_theta", 1000000.0}, {"sliding_window", 512}, {"torch_dtype", "bfloat16"},
+                   {"transformers_version", "4.55.0.dev0"}, {"use_bidirectional_attention", false},
+                   {"use_cache", true}, {"vocab_size", 262144}};
+  const HfImport imp = hf_import_config(hf, "config.json");
+  const ModelConfig& c = imp.config;
+  EXPECT_EQ(c.pattern, "SSSSSF");
+  EXPECT_EQ(c.n_layers, 18);
+  EXPECT_EQ(c.d_model, 640);
+  EXPECT_EQ(c.d_ff, 2048);
+  EXPECT_EQ(c.vocab_size, 262144);
+  EXPECT_EQ(c.max_seq_len, 32768);
+  for (char t : {'S', 'F'}) {
+    EXPECT_EQ(c.type(t).n_heads, 4);
+    EXPECT_EQ(c.type(t).n_kv_heads, 1);
+    EXPECT_EQ(c.type(t).head_dim, 256);
+    EXPECT_TRUE(c.type(t).qk_norm && c.type(t).rope);
+    EXPECT_EQ(c.type(t).query_pre_attn_scalar, 256.0);
+  }
+  EXPECT_EQ(c.type('S').window, 512);
+  EXPECT_EQ(c.type('S').rope_theta, 10000.0);
+  EXPECT_EQ(c.type('F').rope_theta, 1000000.0);
+  EXPECT_TRUE(c.sandwich_norm && c.scale_embeddings && c.tie_embeddings);
+  EXPECT_EQ(c.mlp_activation, MlpActivation::geglu_tanh);
+  EXPECT_TRUE(imp.tied_embeddings);
+  // Without layer_types: the pattern from sliding_window_pattern (transformers' default 6).
+  json no_types = hf;
+  no_types.erase("layer_types");
+  EXPECT_EQ(hf_import_config(no_types, "config.json").config.layer_pattern(), c.layer_pattern());
+  // Refusals name the key.
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"final_logit_softcapping", 30.0}}, "'final_logit_softcapping'"},
+      {{{"attn_logit_softcapping", 50.0}}, "'attn_logit_softcapping'"},
+      {{{"use_bidirectional_attention", true}}, "'use_bidirectional_attention'"},
+      {{{"hidden_activation", "gelu"}}, "'hidden_activation'"},
+      {{{"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}}, "'rope_scaling'"},
+      {{{"rope_parameters", {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}}}}}},
+       "'rope_parameters.full_attention.rope_type'"},
+      {{{"rope_parameters", {{"rope_type", "default"}}}}, "'rope_parameters.rope_type'"},
+      {{{"rms_norm_eps", 1e-5}}, "'rms_norm_eps'"},
+      {{{"model_type", "gemma3"}}, "'model_type'"},
+      {{{"layer_types", {"sliding_attention"}}}, "'layer_types'"},
+  };
+  for (const auto& [patch, needle] : cases) {
+    json j = hf;
+    j.merge_patch(patch);
+    const std::string msg = error_of([&] { hf_import_config(j, "dir/config.json"); });
+    EXPECT_NE(msg.find(needle), std::string::npos) << "'" << msg << "' should contain " << needle;
+  }
+}
+
+// Gemma 3's weights are hybridlm's under the same names, every norm weight minus 1 (its RMSNorm multiplies by 1 + w);
+// a tied model writes no lm_head, and a file's lm_head must then be the embedding.
+TEST(HfWeights, GemmaBlockWrittenAndReadBackGiveBitwiseEqualLogits) {
+  const std::vector<int32_t> ids = {5, 17, 250, 3, 3, 99, 1, 0, 42, 7, 8, 9, 10, 11, 200, 201, 13};  // > window 8
+  for (bool tied : {true, false}) {
+    const ModelConfig c = small_gemma({tied ? "tie_embeddings=true" : "tie_embeddings=false"});
+    Model a(c);
+    a.init(7);
+    const auto& reg = a.registry();
+    // Norm weights off 1, in [0.5, 2] where w - 1 and back are exact.
+    for (const auto& p : reg.all())
+      if (p.init == Init::Ones)
+        for (i64 i = 0; i < p.shape.numel(); ++i) a.params()[p.offset + i] = 0.75f + 0.01f * static_cast<float>(i % 9);
+    const HfExport e = hf_export_config(c, {});
+    const fs::path dir = temp_dir("gemma");
+    write_hf_weights(a, e.architecture, (dir / "model.safetensors").string());
+    SafeTensorsFile f = SafeTensorsFile::read((dir / "model.safetensors").string());
+    EXPECT_EQ(f.has("lm_head.weight"), !tied);
+    for (const char* n : {"model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
+                          "model.layers.0.pre_feedforward_layernorm.weight",
+                          "model.layers.0.post_feedforward_layernorm.weight", "model.layers.3.self_attn.q_norm.weight",
+                          "model.layers.3.self_attn.k_norm.weight", "model.norm.weight"})
+      EXPECT_FLOAT_EQ(f.get(n).to_f32()[1], 0.76f - 1.0f) << n;
+    EXPECT_FLOAT_EQ(f.get("model.layers.0.mlp.up_proj.weight").to_f32()[3],
+                    a.params()[reg.info(reg.find("model.layers.0.mlp.up_proj.weight")).offset + 3]);
+    const HfImport imp = hf_import_config(e.config, "config.json");
+    Model b(imp.config);
+    load_hf_weights(dir.string(), imp.architecture, b, imp.tied_embeddings);
+    EXPECT_EQ(logits_of(a, ids), logits_of(b, ids)) << (tied ? "tied" : "untied");
+  }
+  // A tied model from a file that also holds lm_head: the embedding's copy loads, any other is refused by name.
+  const ModelConfig c = small_gemma({"tie_embeddings=true"});
+  Model a(c);
+  a.init(8);
+  const fs::path dir = temp_dir("gemma_head");
+  write_hf_weights(a, "Gemma3ForCausalLM", (dir / "model.safetensors").string());
+  SafeTensorsFile f = SafeTensorsFile::read((dir / "model.safetensors").string());
+  const SafeTensor& embed = f.get("model.embed_tokens.weight");
+  std::vector<float> head = embed.to_f32();
+  for (bool same : {true, false}) {
+    SafeTensorsWriter w;
+    for (const auto& t : f.tensors()) w.add_f32(t.name, t.shape, t.f32());
+    if (!same) head[5] += 1.0f;
+    w.add_f32("lm_head.weight", embed.shape, head.data());
+    w.write((dir / "model.safetensors").string());
+    Model b(c);
+    const std::string msg = error_of([&] { load_hf_weights(dir.string(), "Gemma3ForCausalLM", b, true); });
+    if (same)
+      EXPECT_EQ(msg, "");
+    else
+      EXPECT_NE(msg.find("'lm_head.weight' differs from model.embed_tokens.weight"), std::string::npos) << msg;
+  }
+}
+
 TEST(HfTokenizer, ByteTokenizerJsonMapsEveryByteToItsIdAndImportsBack) {
   const fs::path dir = temp_dir("byte");
   data::ByteTokenizer tok;

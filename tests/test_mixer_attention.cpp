@@ -5,7 +5,8 @@
 // fp32 Richardson finite differences through the mixer itself; step-by-step decoding (the window's ring
 // buffer wrapping several times) and prefill in pieces against the reference; RoPE past the table built at
 // construction (the forward's grown table and decoding's per-step rows); registry layout, FLOP and arena
-// accounting.
+// accounting. The Gemma 3 options (a RoPE base of the layer type's own, the query scale from
+// query_pre_attn_scalar) run through the same checks as one more layer type.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,15 +27,21 @@ struct AttnOpts {
   i64 window = 0;  // S only
   bool rope = true, qk_norm = false;
   i64 max_seq_len = 4096;  // rows of the RoPE table built at construction
+  double rope_theta = 0;      // layer_types.<letter>.rope_theta (0: the model's, 10000)
+  double query_scalar = 0;    // layer_types.<letter>.query_pre_attn_scalar (0: the scale is hd^-1/2)
   std::string name() const {
-    return fmt::format("{} H{}/{} hd{}{}{}{}", letter, H, Hkv, hd, window > 0 ? fmt::format(" W{}", window) : "",
-                       rope ? " RoPE" : " NoPE", qk_norm ? " qk-norm" : "");
+    return fmt::format("{} H{}/{} hd{}{}{}{}{}{}", letter, H, Hkv, hd, window > 0 ? fmt::format(" W{}", window) : "",
+                       rope ? " RoPE" : " NoPE", qk_norm ? " qk-norm" : "",
+                       rope_theta > 0 ? fmt::format(" theta {}", rope_theta) : "",
+                       query_scalar > 0 ? fmt::format(" query scalar {}", query_scalar) : "");
   }
 };
 
 ModelConfig attn_cfg(const AttnOpts& o) {
   json t = {{"rope", o.rope}, {"n_heads", o.H}, {"n_kv_heads", o.Hkv}, {"head_dim", o.hd}, {"qk_norm", o.qk_norm}};
   if (o.letter == 'S') t["window"] = o.window;
+  if (o.rope_theta > 0) t["rope_theta"] = o.rope_theta;
+  if (o.query_scalar > 0) t["query_pre_attn_scalar"] = o.query_scalar;
   json j = {{"d_model", o.D},   {"n_layers", 2},          {"n_heads", o.H},      {"n_kv_heads", o.Hkv},
             {"head_dim", o.hd}, {"d_ff", 2 * o.D},        {"vocab_size", 17},    {"max_seq_len", o.max_seq_len},
             {"pattern", std::string(1, o.letter)},       {"layer_types", {{std::string(1, o.letter), t}}}};
@@ -58,7 +65,8 @@ std::vector<S> reference(const MixerRig& rig, const AttnOpts& o, const std::vect
   const S* Wo = P.data() + rig.info("o_proj.weight").offset;
   const S* wqn = o.qk_norm ? P.data() + rig.info("q_norm.weight").offset : nullptr;
   const S* wkn = o.qk_norm ? P.data() + rig.info("k_norm.weight").offset : nullptr;
-  const double theta = rig.cfg.rope_theta, scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const double theta = o.rope_theta > 0 ? o.rope_theta : rig.cfg.rope_theta;
+  const double scale = 1.0 / std::sqrt(o.query_scalar > 0 ? o.query_scalar : static_cast<double>(hd));
   auto lin = [&](const S* W, i64 rows, const S* xr, S* out) {
     for (i64 r = 0; r < rows; ++r) {
       S acc(0);
@@ -154,13 +162,15 @@ double attention_depth(const AttnOpts& o, i64 ctx) {
 i64 visible(const AttnOpts& o, i64 T) { return o.window > 0 ? std::min(o.window, T) : T; }
 
 // The layer types under test: full attention with GQA, RoPE and QK-norm; full attention, one KV head (MQA),
-// NoPE; sliding window with GQA, RoPE and QK-norm; sliding window, multi-head (Hkv = H), NoPE.
+// NoPE; sliding window with GQA, RoPE and QK-norm; sliding window, multi-head (Hkv = H), NoPE; Gemma 3's sliding
+// layer: MQA, QK-norm, a RoPE base of its own and the scale query_pre_attn_scalar^-1/2 (6, not hd).
 std::vector<AttnOpts> layer_types() {
   return {
       {'F', 16, 4, 2, 8, 0, true, true},
       {'F', 16, 4, 1, 8, 0, false, false},
       {'S', 16, 4, 2, 8, 5, true, true},
       {'S', 16, 2, 2, 8, 7, false, false},
+      {'S', 16, 4, 1, 8, 5, true, true, 4096, 500.0, 6.0},
   };
 }
 

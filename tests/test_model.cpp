@@ -7,6 +7,7 @@
 
 #include "core/safetensors.h"
 #include "model/config.h"
+#include "model/memory_estimate.h"
 #include "model/model.h"
 #include "ops/precision.h"
 #include "testing.h"
@@ -26,6 +27,20 @@ ModelConfig tiny(const std::string& pattern, bool f_rope = true, bool qk_norm = 
             {"d_ff", 48}, {"vocab_size", 37}, {"max_seq_len", 64}, {"pattern", pattern}, {"window", 5},
             {"layer_types", {{"F", {{"rope", f_rope}, {"qk_norm", qk_norm}}}, {"S", {{"rope", true}}}}}};
   return ModelConfig::from_json(j, "test");
+}
+
+// Gemma 3's block on the tiny model: QK-norm on both types, a RoPE base of S's own (100, F's 10000), the query
+// scale 6^-1/2 (not hd^-1/2), sandwich norms, GeGLU, embeddings scaled by sqrt(32) and tied to the head.
+ModelConfig tiny_gemma(const std::string& pattern = "SSSF") {
+  json j = tiny(pattern, /*f_rope=*/true, /*qk_norm=*/true).to_json();
+  j["layer_types"]["S"]["qk_norm"] = true;
+  j["layer_types"]["S"]["rope_theta"] = 100.0;
+  for (const char* t : {"F", "S"}) j["layer_types"][t]["query_pre_attn_scalar"] = 6;
+  j["mlp_activation"] = "geglu_tanh";
+  j["sandwich_norm"] = true;
+  j["scale_embeddings"] = true;
+  j["tie_embeddings"] = true;
+  return ModelConfig::from_json(j, "test gemma");
 }
 
 struct TokenBatch {
@@ -124,6 +139,140 @@ TEST(Model, GradientMatchesFiniteDifferencesOnEveryTensorKind) {
                                                      qk ? "SSSF qk_norm" : "SSSF");
 }
 
+// Gemma 3's block: the four norms of a block, GeGLU, the scaled embedding and the tied head (whose gradient adds
+// into the embedding's), in both backward paths. h = 3e-4: with the 3x weights the norms of the mixer's and the
+// MLP's outputs (1/rms of small vectors) and the embedding scaled by sqrt(32) make the loss curved enough that
+// h = 1e-2 misses by up to 10x and h = 1e-3 still by 7% on the embedding (smaller h converges to the analytic value).
+TEST(Model, GradientMatchesFiniteDifferencesWithTheGemmaBlock) {
+  expect_model_gradient_matches_finite_differences(tiny_gemma(), 3e-4f, "gemma");
+  expect_model_gradient_matches_finite_differences(tiny_gemma(), 3e-4f, "gemma one pass", true);
+}
+
+namespace {
+
+// Gemma 3's decoder, written out for one row in double from the named tensors (docs/model.md "Gemma 3"):
+// x = E[tok] sqrt(D); per layer x += n_pa(attn(n_in(x))), x += n_pf(down(gelu_tanh(gate(h)) up(h))) with
+// h = n_pre(x); logits = n_final(x) E^T. attn: per-head RMSNorm of q and k, RoPE (half split) with the layer type's
+// theta, causal softmax within the window (S) with scale query_pre_attn_scalar^-1/2, one KV head per H/Hkv heads.
+std::vector<double> gemma_reference_logits(const Model& m, const std::vector<int32_t>& tok) {
+  const ModelConfig& c = m.config();
+  const i64 T = static_cast<i64>(tok.size()), D = c.d_model, F = c.d_ff, V = c.vocab_size;
+  auto w = [&](const std::string& name) {
+    const int i = m.registry().find(name);
+    HLM_CHECK(i >= 0, "the model has no tensor '{}'", name);
+    const ParamInfo& p = m.registry().info(i);
+    return std::vector<double>(m.params() + p.offset, m.params() + p.offset + p.shape.numel());
+  };
+  auto rms = [&](std::vector<double>& v, i64 off, i64 n, const std::vector<double>& g) {
+    double ss = 0;
+    for (i64 i = 0; i < n; ++i) ss += v[off + i] * v[off + i];
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(static_cast<float>(1e-6)));
+    for (i64 i = 0; i < n; ++i) v[off + i] *= r * g[i];
+  };
+  auto matvec = [](const std::vector<double>& W, const std::vector<double>& x, i64 rows, i64 cols) {
+    std::vector<double> y(static_cast<size_t>(rows), 0.0);
+    for (i64 r = 0; r < rows; ++r)
+      for (i64 k = 0; k < cols; ++k) y[r] += W[r * cols + k] * x[k];
+    return y;
+  };
+  const std::vector<double> E = w("model.embed_tokens.weight");
+  std::vector<std::vector<double>> x(static_cast<size_t>(T));
+  for (i64 t = 0; t < T; ++t) {
+    x[t].assign(E.begin() + tok[t] * D, E.begin() + (tok[t] + 1) * D);
+    for (double& v : x[t]) v *= std::sqrt(static_cast<double>(D));
+  }
+  for (i64 l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const LayerTypeOptions& o = c.layer_type(l);
+    const i64 H = o.n_heads, Hkv = o.n_kv_heads, hd = o.head_dim;
+    const double theta = c.letter(l) == 'S' ? 100.0 : c.rope_theta, scale = 1.0 / std::sqrt(6.0);
+    const i64 W = c.letter(l) == 'S' ? o.window : T;
+    const auto Wq = w(p + "self_attn.q_proj.weight"), Wk = w(p + "self_attn.k_proj.weight"),
+               Wv = w(p + "self_attn.v_proj.weight"), Wo = w(p + "self_attn.o_proj.weight"),
+               qn = w(p + "self_attn.q_norm.weight"), kn = w(p + "self_attn.k_norm.weight");
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (i64 t = 0; t < T; ++t) {
+      std::vector<double> h = x[t];
+      rms(h, 0, D, w(p + "input_layernorm.weight"));
+      q[t] = matvec(Wq, h, H * hd, D), k[t] = matvec(Wk, h, Hkv * hd, D), v[t] = matvec(Wv, h, Hkv * hd, D);
+      auto rotate = [&](std::vector<double>& a, i64 heads) {
+        for (i64 g = 0; g < heads; ++g)
+          for (i64 i = 0; i < hd / 2; ++i) {
+            const double ang = static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / hd);
+            const double a1 = a[g * hd + i], a2 = a[g * hd + i + hd / 2];
+            a[g * hd + i] = a1 * std::cos(ang) - a2 * std::sin(ang);
+            a[g * hd + i + hd / 2] = a2 * std::cos(ang) + a1 * std::sin(ang);
+          }
+      };
+      for (i64 g = 0; g < H; ++g) rms(q[t], g * hd, hd, qn);
+      for (i64 g = 0; g < Hkv; ++g) rms(k[t], g * hd, hd, kn);
+      rotate(q[t], H);
+      rotate(k[t], Hkv);
+    }
+    for (i64 t = 0; t < T; ++t) {
+      std::vector<double> att(static_cast<size_t>(H * hd), 0.0);
+      for (i64 h = 0; h < H; ++h) {
+        const i64 g = h / (H / Hkv), lo = std::max<i64>(0, t - W + 1);
+        std::vector<double> sc;
+        double mx = -INFINITY, sum = 0;
+        for (i64 j = lo; j <= t; ++j) {
+          double d = 0;
+          for (i64 i = 0; i < hd; ++i) d += q[t][h * hd + i] * k[j][g * hd + i];
+          sc.push_back(d * scale);
+          mx = std::max(mx, sc.back());
+        }
+        for (double& e : sc) sum += (e = std::exp(e - mx));
+        for (i64 j = lo; j <= t; ++j)
+          for (i64 i = 0; i < hd; ++i) att[h * hd + i] += sc[j - lo] / sum * v[j][g * hd + i];
+      }
+      std::vector<double> y = matvec(Wo, att, D, H * hd);
+      rms(y, 0, D, w(p + "post_attention_layernorm.weight"));
+      for (i64 i = 0; i < D; ++i) x[t][i] += y[i];
+    }
+    const auto Wg = w(p + "mlp.gate_proj.weight"), Wu = w(p + "mlp.up_proj.weight"), Wd = w(p + "mlp.down_proj.weight");
+    for (i64 t = 0; t < T; ++t) {
+      std::vector<double> h = x[t];
+      rms(h, 0, D, w(p + "pre_feedforward_layernorm.weight"));
+      std::vector<double> g = matvec(Wg, h, F, D), u = matvec(Wu, h, F, D);
+      for (i64 i = 0; i < F; ++i)
+        g[i] = 0.5 * g[i] * (1 + std::tanh(std::sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
+      std::vector<double> y = matvec(Wd, g, D, F);
+      rms(y, 0, D, w(p + "post_feedforward_layernorm.weight"));
+      for (i64 i = 0; i < D; ++i) x[t][i] += y[i];
+    }
+  }
+  std::vector<double> logits;
+  for (i64 t = 0; t < T; ++t) {
+    rms(x[t], 0, D, w("model.norm.weight"));
+    const std::vector<double> row = matvec(E, x[t], V, D);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return logits;
+}
+
+}  // namespace
+
+TEST(Model, GemmaBlockMatchesAPlainReference) {
+  for (const char* pattern : {"SSSF", "F"}) {
+    Model m(tiny_gemma(pattern));
+    m.init(17);
+    Rng r(18);
+    for (const auto& p : m.registry().all()) {
+      float* v = m.params() + p.offset;
+      for (i64 i = 0; i < p.shape.numel(); ++i)  // norms spread around 1, the rest larger than init
+        v[i] = p.init == Init::Ones ? static_cast<float>(1 + 0.3 * r.normal()) : 3 * v[i];
+    }
+    EXPECT_EQ(m.registry().find("lm_head.weight"), -1) << "tied: the head is the embedding";
+    const i64 T = 13;  // past the window of 5
+    auto b = random_batch(1, T, m.config().vocab_size, 19);
+    std::vector<float> got(static_cast<size_t>(T * m.config().vocab_size));
+    m.forward_logits(b.in.data(), nullptr, 1, T, got.data());
+    // fp32 against double: 4 layers of D- and F-long sums, hd-long norms and scores, T-long softmax sums.
+    const double depth = fp32_depth({4.0 * (32 + 8 + 8 + T + 32 + 32 + 48 + 32), 32});
+    EXPECT_TRUE(close_rel(got, gemma_reference_logits(m, b.in), fp32_tol(depth), pattern));
+  }
+}
+
 // Every mixer kind below and above another one, so each mixer's dx reaches the layers under it (the mixer
 // tests check dx alone). h = 1e-3: with the 3x weights the GDN q/k L2 norm of the first layer is curved enough
 // that h = 1e-2 misses by 10-40% on q_proj (smaller h converges to the analytic value).
@@ -147,46 +296,50 @@ TEST(Model, OnePassForwardBackwardGradientMatchesFiniteDifferences) {
 // summation order (whole rows at once instead of 512-column chunks), with documents and ignored targets, twice
 // (the second step reuses the arena), with and without --recompute.
 TEST(Model, OnePassForwardBackwardEqualsForwardThenBackward) {
-  json j = tiny("GMLSF").to_json();
-  j["n_layers"] = 5;
-  j["chunk_size"] = 8;
-  j["vocab_size"] = 700;  // two of the separate path's 512-column chunks
-  const ModelConfig cfg = ModelConfig::from_json(j, "test");
-  const i64 B = 2, T = 40;
-  auto b = random_batch(B, T, cfg.vocab_size, 13);
-  b.tg[3] = -1, b.tg[50] = -100;  // ignored
-  std::vector<int32_t> doc(static_cast<size_t>(B * T));
-  for (i64 i = 0; i < B * T; ++i) doc[i] = static_cast<int32_t>(i % T < 17 ? 0 : 17);
-  for (bool recompute : {false, true}) {
-    SCOPED_TRACE(recompute ? "recompute" : "plain");
-    Model two(cfg), one(cfg);
-    two.init(5);
-    one.init(5);
-    one.set_recompute(recompute);
-    two.set_recompute(recompute);
-    double loss_two = 0, loss_one = 0;
-    for (int step = 0; step < 2; ++step) {
-      two.zero_grad();
-      one.zero_grad();
-      i64 n_two = 0, n_one = 0;
-      loss_two = two.forward(b.in.data(), b.tg.data(), doc.data(), B, T, &n_two);
-      two.backward(1.0f / 78);
-      loss_one = one.forward_backward(b.in.data(), b.tg.data(), doc.data(), B, T, 1.0f / 78, &n_one);
-      EXPECT_EQ(n_two, 78);
-      EXPECT_EQ(n_one, 78);
+  json hybrid = tiny("GMLSF").to_json(), gemma = tiny_gemma().to_json();  // gemma: the tied head's gradient too
+  hybrid["n_layers"] = 5;
+  hybrid["chunk_size"] = 8;
+  gemma["n_layers"] = 5;
+  for (json j : {hybrid, gemma}) {
+    SCOPED_TRACE(j.dump());
+    j["vocab_size"] = 700;  // two of the separate path's 512-column chunks
+    const ModelConfig cfg = ModelConfig::from_json(j, "test");
+    const i64 B = 2, T = 40;
+    auto b = random_batch(B, T, cfg.vocab_size, 13);
+    b.tg[3] = -1, b.tg[50] = -100;  // ignored
+    std::vector<int32_t> doc(static_cast<size_t>(B * T));
+    for (i64 i = 0; i < B * T; ++i) doc[i] = static_cast<int32_t>(i % T < 17 ? 0 : 17);
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(recompute ? "recompute" : "plain");
+      Model two(cfg), one(cfg);
+      two.init(5);
+      one.init(5);
+      one.set_recompute(recompute);
+      two.set_recompute(recompute);
+      double loss_two = 0, loss_one = 0;
+      for (int step = 0; step < 2; ++step) {
+        two.zero_grad();
+        one.zero_grad();
+        i64 n_two = 0, n_one = 0;
+        loss_two = two.forward(b.in.data(), b.tg.data(), doc.data(), B, T, &n_two);
+        two.backward(1.0f / 78);
+        loss_one = one.forward_backward(b.in.data(), b.tg.data(), doc.data(), B, T, 1.0f / 78, &n_one);
+        EXPECT_EQ(n_two, 78);
+        EXPECT_EQ(n_one, 78);
+      }
+      // Loss: the log-sum-exp over V in one block or in chunks (depth V each, the row sum N).
+      EXPECT_NEAR(loss_one, loss_two, fp32_tol(fp32_depth({2.0 * 700, 2.0 * B * T})) * std::fabs(loss_two));
+      // Gradients: the head's dh sums V terms in one product or chunk by chunk; every later stage then rounds its
+      // own slightly different inputs, so both paths' whole backward chains count (the model's depth: 5 layers,
+      // each a d_ff and a d_model sum, a T-token scan and the norm; the embedding's sum over N).
+      const double depth = fp32_depth({2.0 * 700, 2.0 * 5 * (48 + 32 + T + 2), 2.0 * B * T});
+      std::vector<float> g_two(two.grads(), two.grads() + two.param_floats());
+      std::vector<float> g_one(one.grads(), one.grads() + one.param_floats());
+      EXPECT_TRUE(close_rel(g_one, g_two, fp32_tol(depth), "gradients"));
+      i64 nonzero = 0;
+      for (float g : g_one) nonzero += g != 0.f;
+      EXPECT_GT(nonzero, one.param_floats() / 2);
     }
-    // Loss: the log-sum-exp over V in one block or in chunks (depth V each, the row sum N).
-    EXPECT_NEAR(loss_one, loss_two, fp32_tol(fp32_depth({2.0 * 700, 2.0 * B * T})) * std::fabs(loss_two));
-    // Gradients: the head's dh sums V terms in one product or chunk by chunk; every later stage then rounds its
-    // own slightly different inputs, so both paths' whole backward chains count (the model's depth: 5 layers,
-    // each a d_ff and a d_model sum, a T-token scan and the norm; the embedding's sum over N).
-    const double depth = fp32_depth({2.0 * 700, 2.0 * 5 * (48 + 32 + T + 2), 2.0 * B * T});
-    std::vector<float> g_two(two.grads(), two.grads() + two.param_floats());
-    std::vector<float> g_one(one.grads(), one.grads() + one.param_floats());
-    EXPECT_TRUE(close_rel(g_one, g_two, fp32_tol(depth), "gradients"));
-    i64 nonzero = 0;
-    for (float g : g_one) nonzero += g != 0.f;
-    EXPECT_GT(nonzero, one.param_floats() / 2);
   }
 }
 
@@ -195,9 +348,9 @@ TEST(Model, OnePassForwardBackwardEqualsForwardThenBackward) {
 // in bf16 (whose kernels are deterministic too). max_arena_ratio: the bound on the recompute arena's size against
 // the plain one's (both exact sums of the model's buffers, so the same on every machine).
 namespace {
-void expect_recompute_bitwise_the_same(ops::Precision precision, double max_arena_ratio) {
+void expect_recompute_bitwise_the_same(ops::Precision precision, double max_arena_ratio, json j = {}) {
   const ops::PrecisionScope scope(precision, /*allow_emulated=*/true);
-  json j = tiny("GMLSF").to_json();
+  if (j.empty()) j = tiny("GMLSF").to_json();
   j["n_layers"] = 5;
   j["chunk_size"] = 8;
   const ModelConfig cfg = ModelConfig::from_json(j, "test");
@@ -243,6 +396,13 @@ TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsInBf16) {
   // A bf16 block keeps its gate|up in bf16, half the bytes, so the blocks are a smaller share of the plain arena and
   // recompute saves less of it: 0.77 here.
   expect_recompute_bitwise_the_same(ops::Precision::bf16, 0.8);
+}
+
+// The Gemma block keeps two more [N, D] buffers per layer (the mixer's and the MLP's outputs before their norms).
+TEST(Model, RecomputeGivesBitwiseTheSameLossAndGradientsWithTheGemmaBlock) {
+  expect_recompute_bitwise_the_same(ops::Precision::fp32, 0.75, tiny_gemma().to_json());
+  if (ops::bf16_matmul_available())
+    expect_recompute_bitwise_the_same(ops::Precision::bf16, 0.8, tiny_gemma().to_json());
 }
 
 TEST(Model, MemorisesOneBatch) {
@@ -389,6 +549,49 @@ TEST(Config, BadInputIsAnErrorNamingTheField) {
   expect_error([] { Model m(resolve_config("", "", {"max_seq_len=16"})); m.plan(1, 32); }, "max_seq_len");
 }
 
+// The Gemma 3 options: written to config.json only when set (older files stay byte-identical), round-trip,
+// refused by name when malformed, and the gemma3-small preset resolves to Gemma 3's block.
+TEST(Config, GemmaBlockOptionsRoundTripAndAreCheckedByName) {
+  const json plain = tiny("SSSF").to_json();
+  for (const char* k : {"mlp_activation", "sandwich_norm", "scale_embeddings", "tie_embeddings"})
+    EXPECT_FALSE(plain.contains(k)) << k;
+  for (const char* t : {"F", "S"})
+    for (const char* k : {"rope_theta", "query_pre_attn_scalar"})
+      EXPECT_FALSE(plain["layer_types"][t].contains(k)) << k;
+  const ModelConfig g = tiny_gemma();
+  EXPECT_EQ(ModelConfig::from_json(g.to_json(), "round trip").to_json(), g.to_json());
+  EXPECT_EQ(g.mlp_activation, MlpActivation::geglu_tanh);
+  EXPECT_EQ(g.type('S').rope_theta, 100.0);
+  EXPECT_EQ(g.type('F').rope_theta, 10000.0);  // the model's
+  EXPECT_EQ(g.type('F').query_pre_attn_scalar, 6.0);
+  EXPECT_EQ(g.embedding_scale(), static_cast<float>(std::sqrt(32.0)));
+  EXPECT_EQ(tiny("SSSF").embedding_scale(), 1.f);
+  auto expect_error = [](const std::vector<std::string>& sets, const std::string& needle) {
+    try {
+      resolve_config("", "", sets);
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error({"mlp_activation=relu"}, "'mlp_activation' must be \"swiglu\" or \"geglu_tanh\"");
+  expect_error({"sandwich_norm=1"}, "'sandwich_norm' must be true or false");
+  expect_error({"pattern=MF", "layer_types.M.rope_theta=5"},
+               "'layer_types.M.rope_theta' is only meaningful for F and S");
+  expect_error({"layer_types.S.rope_theta=0"}, "layer_types.S: field 'rope_theta' must be > 0");
+  expect_error({"layer_types.F.query_pre_attn_scalar=-2"}, "layer_types.F: field 'query_pre_attn_scalar' must be > 0");
+  const ModelConfig p = resolve_config("gemma3-small", "", {});
+  EXPECT_EQ(p.layer_pattern(), "SSSSSF");
+  EXPECT_EQ(p.type('S').rope_theta, 10000.0);
+  EXPECT_EQ(p.type('F').rope_theta, 1000000.0);
+  EXPECT_TRUE(p.sandwich_norm && p.scale_embeddings && p.tie_embeddings && p.type('S').qk_norm && p.type('F').qk_norm);
+  EXPECT_EQ(p.type('F').n_kv_heads, 1);
+  // The memory estimate counts the one embedding matrix and the four norms per block.
+  const Model m(p);
+  EXPECT_EQ(m.registry().find("lm_head.weight"), -1);
+  EXPECT_DOUBLE_EQ(estimate_memory(p, MemoryUse{}).weights, 4.0 * static_cast<double>(m.num_params()));
+}
+
 // init_scale multiplies exactly the N(0, std) weights (same seed, same draws); norms and custom inits stay.
 TEST(Config, InitScaleScalesTheNormalWeightsOnly) {
   ModelConfig a = tiny("SLMGF"), b = a;
@@ -478,8 +681,9 @@ TEST(Model, FlopsAreCountedPerLayerType) {
 }
 
 TEST(Model, DecodingEqualsTheFullForwardPastTheWindow) {
-  for (const char* pat : {"SSSF", "F"}) {
-    ModelConfig cfg = tiny(pat, /*f_rope=*/std::string(pat) == "F", /*qk_norm=*/true);
+  for (const char* pat : {"SSSF", "F", "gemma"}) {
+    ModelConfig cfg = std::string(pat) == "gemma" ? tiny_gemma()
+                                                  : tiny(pat, /*f_rope=*/std::string(pat) == "F", /*qk_norm=*/true);
     Model m(cfg);
     m.init(21);
     const i64 B = 2, T = 23;  // window is 5: decoding runs far past it

@@ -19,12 +19,12 @@
 #include "ops/add.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
+#include "ops/gated_unit.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/small_gemm.h"
-#include "ops/swiglu.h"
 #include "testing.h"
 
 using namespace hlm;
@@ -401,35 +401,49 @@ std::vector<double> ref_swiglu(const std::vector<double>& gu, i64 N, i64 F) {
 }
 }  // namespace
 
-TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
+namespace {
+// A gated unit's fp32 kernels (forward, backward) against its double reference: the product, d gate|up against
+// central differences of the reference, the product again from the backward (into dh's buffer, then fully in
+// place as training runs it: the same bits). Returns the forward's product.
+using GatedForward = void (*)(const float*, float*, i64, i64);
+using GatedBackward = void (*)(const float*, const float*, float*, i64, i64, float*);
+using GatedReference = std::vector<double> (*)(const std::vector<double>&, i64, i64);
+std::vector<float> expect_gated_unit_matches_reference(const std::string& name, GatedForward forward,
+                                                       GatedBackward backward, GatedReference ref, uint64_t seed) {
   const i64 N = 37, F = 45;
-  auto gu = randn(N * 2 * F, 41, 2.0);
+  auto gu = randn(N * 2 * F, seed, 2.0);
   gu[0] = 30.f, gu[1] = -30.f, gu[2] = 95.f, gu[3] = -95.f;  // saturated gates stay finite and exact
-  auto dh = randn(N * F, 42);
+  auto dh = randn(N * F, seed + 1);
   std::vector<double> gud = to_double(gu);
   auto h = nan_vec(N * F);
-  ops::swiglu_forward(gu.data(), h.data(), N, F);
-  EXPECT_TRUE(close_rel(h, ref_swiglu(gud, N, F), 1e-6, "swiglu h"));
+  forward(gu.data(), h.data(), N, F);
+  EXPECT_TRUE(close_rel(h, ref(gud, N, F), 1e-6, name + " h"));
 
   auto dgu = nan_vec(N * 2 * F);
-  ops::swiglu_backward(gu.data(), dh.data(), dgu.data(), N, F);
-  auto loss = [&]() { return dot(ref_swiglu(gud, N, F), dh); };
+  backward(gu.data(), dh.data(), dgu.data(), N, F, nullptr);
+  auto loss = [&]() { return dot(ref(gud, N, F), dh); };
   std::vector<double> fd(N * 2 * F);
   for (i64 i = 0; i < N * 2 * F; ++i) fd[i] = fd_grad(gud, i, loss, 1e-5);
-  EXPECT_TRUE(close_rel(dgu, fd, 1e-5, "swiglu dgu"));
-  for (float v : dgu) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_TRUE(close_rel(dgu, fd, 1e-5, name + " dgu"));
+  for (float v : dgu) EXPECT_TRUE(std::isfinite(v)) << name;
 
   // The backward that also rewrites the product into dh's buffer (training's use): the same dgu, and h.
   auto dh2 = dh, dgu2 = nan_vec(N * 2 * F);
-  ops::swiglu_backward(gu.data(), dh2.data(), dgu2.data(), N, F, dh2.data());
-  EXPECT_EQ(dgu2, dgu);
-  EXPECT_TRUE(close_rel(dh2, ref_swiglu(gud, N, F), 1e-6, "swiglu h from backward"));
+  backward(gu.data(), dh2.data(), dgu2.data(), N, F, dh2.data());
+  EXPECT_EQ(dgu2, dgu) << name;
+  EXPECT_TRUE(close_rel(dh2, ref(gud, N, F), 1e-6, name + " h from backward"));
 
   // Fully in place, as training runs it: d gate|up over gate|up, the product over dh. The same bits.
   auto gu3 = gu, dh3 = dh;
-  ops::swiglu_backward(gu3.data(), dh3.data(), gu3.data(), N, F, dh3.data());
-  EXPECT_EQ(gu3, dgu);
-  EXPECT_EQ(dh3, dh2);
+  backward(gu3.data(), dh3.data(), gu3.data(), N, F, dh3.data());
+  EXPECT_EQ(gu3, dgu) << name;
+  EXPECT_EQ(dh3, dh2) << name;
+  return h;
+}
+}  // namespace
+
+TEST(SwiGLU, ForwardAndGradientMatchDoubleReference) {
+  expect_gated_unit_matches_reference("swiglu", ops::swiglu_forward, ops::swiglu_backward, ref_swiglu, 41);
 }
 
 // A bf16 step's SwiGLU reads gate|up in bf16 and writes its outputs rounded (ops::swiglu_*_bf16): bit for bit
@@ -487,6 +501,51 @@ TEST(SwiGLU, Bf16KernelsAreTheFp32KernelsOnWidenedInputsRoundedBitForBit) {
   std::vector<ops::bf16> gu_mem = gub;
   ops::swiglu_backward_bf16(gu_mem.data(), dh.data(), gu_mem.data(), N, F);
   EXPECT_EQ(gu_mem, bf16_rounded(dgu32));
+}
+
+// ------------------------------------------ geglu --------------------------------------------------
+namespace {
+// transformers' gelu_pytorch_tanh in double: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), times up.
+std::vector<double> ref_geglu(const std::vector<double>& gu, i64 N, i64 F) {
+  const double c = std::sqrt(2.0 / M_PI);
+  std::vector<double> h(N * F);
+  for (i64 n = 0; n < N; ++n)
+    for (i64 f = 0; f < F; ++f) {
+      double g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
+      h[n * F + f] = 0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * u;
+    }
+  return h;
+}
+}  // namespace
+
+TEST(GeGLU, ForwardAndGradientMatchDoubleReference) {
+  const i64 F = 45;
+  const std::vector<float> h =
+      expect_gated_unit_matches_reference("geglu", ops::geglu_forward, ops::geglu_backward, ref_geglu, 43);
+  const auto gu = randn(37 * 2 * F, 43, 2.0);  // the helper's gate|up (its saturated gates set over these)
+  EXPECT_EQ(h[0], 30.f * gu[F]) << "gelu(30) rounds to 30 in fp32";
+  EXPECT_LT(std::fabs(h[1]), 1e-30f) << "gelu(-30) is below 1e-30";
+}
+
+// The bf16 step's GeGLU: bit for bit ops::to_bf16 of the fp32 kernels on the widened gate|up (the rounding is the
+// SwiGLU kernels' own, tested with its edge cases above), d gate|up also over dh's memory.
+TEST(GeGLU, Bf16KernelsAreTheFp32KernelsOnWidenedInputsRounded) {
+  const i64 N = 9, F = 37;
+  const std::vector<ops::bf16> gub = bf16_rounded(randn(N * 2 * F, 24, 3.0));
+  const std::vector<float> guw = widened(gub), dh = randn(N * F, 25);
+  std::vector<float> h32(N * F), dgu32(N * 2 * F), p32(N * F);
+  ops::geglu_forward(guw.data(), h32.data(), N, F);
+  ops::geglu_backward(guw.data(), dh.data(), dgu32.data(), N, F, p32.data());
+  std::vector<ops::bf16> hb(N * F, 0xdead), dgub(N * 2 * F, 0xdead), pb(N * F, 0xdead);
+  ops::geglu_forward_bf16(gub.data(), hb.data(), N, F);
+  ops::geglu_backward_bf16(gub.data(), dh.data(), dgub.data(), N, F, pb.data());
+  EXPECT_EQ(hb, bf16_rounded(h32));
+  EXPECT_EQ(dgub, bf16_rounded(dgu32));
+  EXPECT_EQ(pb, hb);
+  std::vector<float> dh_mem = dh;
+  auto* over = reinterpret_cast<ops::bf16*>(dh_mem.data());
+  ops::geglu_backward_bf16(gub.data(), dh_mem.data(), over, N, F);
+  EXPECT_EQ(std::vector<ops::bf16>(over, over + N * 2 * F), bf16_rounded(dgu32));
 }
 
 // -------------------------------------------- rope -------------------------------------------------

@@ -1,9 +1,9 @@
 // Chunked prefill from any cache state (infer/, Model::prefill, every mixer's prefill): prompts prefilled in
 // pieces (that do not divide the prompt, shorter and longer than the SWA window, one token, mixed) and then
 // decoded token by token give the logits of one full forward, for F, S far past its window and the paper's
-// hybrids (SF, SSSF with NoPE F, LF, MF, GF), batch 2, past the training length (RoPE rows computed for
-// the positions at hand); the generator's output does not depend on the piece
-// size; and the prefill arena and decode state of an S-only model do not grow with the prompt.
+// hybrids (SF, SSSF with NoPE F, LF, MF, GF) and Gemma 3's block (SSSF), batch 2, past the training length (RoPE
+// rows computed for the positions at hand); the generator's output does not depend on the piece size; and the
+// prefill arena and decode state of an S-only model do not grow with the prompt.
 // Cost: ~1 s in Release, one OpenMP thread.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -38,6 +38,23 @@ ModelConfig tiny(const std::string& pattern, bool f_rope = true) {
   return ModelConfig::from_json(j, "test");
 }
 
+// Gemma 3's block on a tiny config: QK-norm everywhere, S's own RoPE base, the query scale 6^-1/2, sandwich
+// norms, GeGLU, scaled and tied embeddings.
+ModelConfig with_gemma_block(const ModelConfig& c) {
+  nlohmann::json j = c.to_json();
+  for (const char* t : {"F", "S"})
+    if (j["layer_types"].contains(t)) {
+      j["layer_types"][t]["qk_norm"] = true;
+      j["layer_types"][t]["query_pre_attn_scalar"] = 6;
+    }
+  j["layer_types"]["S"]["rope_theta"] = 100.0;
+  j["mlp_activation"] = "geglu_tanh";
+  j["sandwich_norm"] = true;
+  j["scale_embeddings"] = true;
+  j["tie_embeddings"] = true;
+  return ModelConfig::from_json(j, "test gemma");
+}
+
 std::vector<int32_t> tokens(i64 n, i64 V, uint64_t seed) {
   Rng r(seed);
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -59,15 +76,16 @@ TEST(Prefill, ChunkedPrefillThenDecodeEqualsTheFullForward) {
   struct Arch {
     const char* pattern;
     bool f_rope;
+    bool gemma = false;
   };
   const Arch archs[] = {{"F", true}, {"S", true}, {"SF", true}, {"SSSF", false}, {"LF", true}, {"MF", true},
-                        {"GF", true}};
+                        {"GF", true}, {"SSSF", true, true}};
   // Piece schedules (cycled until the prompt is consumed): not dividing the prompt, below and above the
   // window, one token, and a mix of all.
   const std::vector<std::vector<i64>> schedules = {{7}, {3}, {9}, {1}, {2, 11, 1, 5}, {40}};
   const i64 B = 2, T = 40;
   for (const Arch& a : archs) {
-    ModelConfig cfg = tiny(a.pattern, a.f_rope);
+    ModelConfig cfg = a.gemma ? with_gemma_block(tiny(a.pattern, a.f_rope)) : tiny(a.pattern, a.f_rope);
     cfg.max_seq_len = 16;  // positions 16.. take RoPE rows from past the training-length table
     const i64 V = cfg.vocab_size;
     Model m(cfg);
@@ -103,7 +121,8 @@ TEST(Prefill, ChunkedPrefillThenDecodeEqualsTheFullForward) {
           for (i64 b = 0; b < B; ++b) std::copy(lg.begin() + b * V, lg.begin() + (b + 1) * V, got.begin() + (b * T + t) * V);
         }
         EXPECT_EQ(st.pos, T);
-        std::string what = std::string(a.pattern) + (a.f_rope ? "" : " NoPE F") + " schedule";
+        std::string what =
+            std::string(a.pattern) + (a.f_rope ? "" : " NoPE F") + (a.gemma ? " gemma" : "") + " schedule";
         for (i64 n : sched) {
           what += ' ';
           what += std::to_string(n);

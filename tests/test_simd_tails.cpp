@@ -14,9 +14,9 @@
 
 #include "core/error.h"
 #include "ops/attention.h"
+#include "ops/gated_unit.h"
 #include "ops/l2norm.h"
 #include "ops/rmsnorm.h"
-#include "ops/swiglu.h"
 #include "testing.h"
 
 using namespace hlm;
@@ -76,7 +76,7 @@ std::vector<double> randn_double(size_t n, uint64_t seed) { return cast<double>(
 
 }  // namespace
 
-TEST(SimdTails, RmsNormAndSwiGluStayInsideTheirRows) {
+TEST(SimdTails, RmsNormAndGatedUnitsStayInsideTheirRows) {
   const i64 N = 5, D = 7;
   const size_t nd = static_cast<size_t>(N * D), n = static_cast<size_t>(N);
   expect_same_on_guarded<float>({randn(nd, 1), randn(static_cast<size_t>(D), 2), nan_vec(nd), nan_vec(n)},
@@ -100,6 +100,14 @@ TEST(SimdTails, RmsNormAndSwiGluStayInsideTheirRows) {
   expect_same_on_guarded<float>({randn(2 * nf, 8), randn(nf, 9), nan_vec(2 * nf), nan_vec(nf)},
                                 [&](const std::vector<float*>& p) { ops::swiglu_backward(p[0], p[1], p[2], N, F, p[3]); },
                                 "swiglu_backward");
+  expect_same_on_guarded<float>({randn(2 * nf, 17), nan_vec(nf)},
+                                [&](const std::vector<float*>& p) { ops::geglu_forward(p[0], p[1], N, F); },
+                                "geglu_forward");
+  expect_same_on_guarded<float>({randn(2 * nf, 18), randn(nf, 19), nan_vec(2 * nf), nan_vec(nf)},
+                                [&](const std::vector<float*>& p) {
+                                  ops::geglu_backward(p[0], p[1], p[2], N, F, p[3]);
+                                },
+                                "geglu_backward");
 }
 
 TEST(SimdTails, L2NormStaysInsideItsRowsInFloatAndDouble) {

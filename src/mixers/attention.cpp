@@ -40,6 +40,7 @@ AttentionMixer::AttentionMixer(const MixerSpec& spec, ParamRegistry& reg) : lett
   window_ = letter_ == 'S' ? t.window : 0;
   rope_ = t.rope;
   qk_norm_ = t.qk_norm;
+  if (t.query_pre_attn_scalar > 0) scale_ = static_cast<float>(std::pow(t.query_pre_attn_scalar, -0.5));
   const std::string p = spec.name_prefix + "self_attn.";
   const double in_std = spec.init_std;
   int iq = reg.add(p + "q_proj.weight", {H_ * hd_, D_}, Init::Normal, in_std);
@@ -257,7 +258,7 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
     record_->top1.assign(static_cast<size_t>(H_), -1);
     if (record_->keep_probs) record_->probs.emplace_back(static_cast<size_t>(H_));
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+  const float scale = scale_ > 0 ? scale_ : 1.0f / std::sqrt(static_cast<float>(hd_));
   for (i64 b = 0; b < B; ++b) {
     std::memcpy(&c.k[(b * cap + slot) * KW], qkv + b * W3 + H_ * hd_, sizeof(float) * KW);
     std::memcpy(&c.v[(b * cap + slot) * KW], qkv + b * W3 + (H_ + Hkv_) * hd_, sizeof(float) * KW);
@@ -334,7 +335,7 @@ void AttentionMixer::step(const float* x, float* y, MixerState& state, i64 B) {
 
 ops::AttentionArgs AttentionMixer::attention_args(const float* qkv, i64 B, i64 T, const int32_t* doc_start) const {
   ops::AttentionArgs a;
-  a.B = B, a.T = T, a.H = H_, a.Hkv = Hkv_, a.hd = hd_, a.window = effective_window();
+  a.B = B, a.T = T, a.H = H_, a.Hkv = Hkv_, a.hd = hd_, a.window = effective_window(), a.scale = scale_;
   a.q = qkv, a.k = qkv + H_ * hd_, a.v = qkv + (H_ + Hkv_) * hd_, a.q_stride = a.kv_stride = qkv_width();
   a.doc_start = doc_start;
   return a;

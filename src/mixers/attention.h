@@ -42,6 +42,7 @@ class AttentionMixer final : public Mixer {
   i64 D_, H_, Hkv_, hd_, window_;
   bool rope_, qk_norm_;
   float norm_eps_ = 1e-6f;
+  float scale_ = 0;  // the scores' scale: query_pre_attn_scalar^-1/2, or 0 for head_dim^-1/2
   i64 off_wqkv_, off_wo_, off_qn_ = -1, off_kn_ = -1;
   ops::RopeTable rope_tab_;
   double rope_theta_ = 10000.0;

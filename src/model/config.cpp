@@ -1,6 +1,8 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -13,9 +15,18 @@ namespace {
 const std::set<std::string> kTopKeys = {
     "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab_size", "max_seq_len",
     "pattern", "window", "rope_theta", "norm_eps", "init_scale", "chunk_size", "mamba_d_state", "mamba_expand",
-    "layer_types"};
-const std::set<std::string> kTypeKeys = {"rope", "window", "n_heads", "n_kv_heads",
-                                         "head_dim", "qk_norm", "a_init_range", "dt_init_range"};
+    "mlp_activation", "sandwich_norm", "scale_embeddings", "tie_embeddings", "layer_types"};
+const std::set<std::string> kTypeKeys = {"rope",         "window",        "n_heads",    "n_kv_heads",
+                                         "head_dim",     "qk_norm",       "a_init_range", "dt_init_range",
+                                         "rope_theta",   "query_pre_attn_scalar"};
+
+const std::map<std::string, MlpActivation> kMlpActivations = {{"swiglu", MlpActivation::swiglu},
+                                                              {"geglu_tanh", MlpActivation::geglu_tanh}};
+std::string mlp_activation_name(MlpActivation a) {
+  for (const auto& [name, value] : kMlpActivations)
+    if (value == a) return name;
+  return "?";
+}
 
 // Defaults of the M / G decay and step-size init ranges (docs/algorithms.md §4.4: mamba_ssm A_init_range (1, 16),
 // fla GDN A ~ U[0, 16]; dt_min 1e-3, dt_max 0.1 for both).
@@ -69,6 +80,10 @@ std::string ModelConfig::layer_pattern() const {
   return s;
 }
 
+float ModelConfig::embedding_scale() const {
+  return scale_embeddings ? static_cast<float>(std::sqrt(static_cast<double>(d_model))) : 1.f;
+}
+
 const LayerTypeOptions& ModelConfig::type(char c) const {
   auto it = types.find(c);
   if (it == types.end()) fail("config: no options for layer type '{}'", c);
@@ -98,6 +113,15 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   if (c.rope_theta <= 0) fail("{}: field 'rope_theta' must be > 0", src);
   if (c.norm_eps <= 0) fail("{}: field 'norm_eps' must be > 0", src);
   if (!(c.init_scale > 0)) fail("{}: field 'init_scale' must be > 0", src);
+  c.sandwich_norm = get_bool(j, "sandwich_norm", c.sandwich_norm, src);
+  c.scale_embeddings = get_bool(j, "scale_embeddings", c.scale_embeddings, src);
+  c.tie_embeddings = get_bool(j, "tie_embeddings", c.tie_embeddings, src);
+  if (j.contains("mlp_activation")) {
+    const json& v = j.at("mlp_activation");
+    if (!v.is_string() || !kMlpActivations.count(v.get<std::string>()))
+      fail("{}: field 'mlp_activation' must be \"swiglu\" or \"geglu_tanh\", got {}", src, v.dump());
+    c.mlp_activation = kMlpActivations.at(v.get<std::string>());
+  }
   if (j.contains("pattern")) {
     if (!j["pattern"].is_string()) fail("{}: field 'pattern' must be a string like \"SSSF\"", src);
     c.pattern = j["pattern"].get<std::string>();
@@ -137,9 +161,17 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     for (const char* k : {"a_init_range", "dt_init_range"})
       if (ch != 'M' && ch != 'G' && t.contains(k))
         fail("{}: 'layer_types.{}.{}' is only meaningful for M (Mamba-2) and G (Gated DeltaNet) layers", src, ch, k);
+    for (const char* k : {"rope_theta", "query_pre_attn_scalar"})
+      if (ch != 'F' && ch != 'S' && t.contains(k))
+        fail("{}: 'layer_types.{}.{}' is only meaningful for F and S (attention) layers", src, ch, k);
     const std::string rsrc = fmt::format("{}: layer_types.{}", src, ch);
     o.a_init_range = get_range(t, "a_init_range", default_a_init_range(ch), rsrc, 0, false);
     o.dt_init_range = get_range(t, "dt_init_range", kDefaultDtInitRange, rsrc, 0, true);
+    o.rope_theta = get_num(t, "rope_theta", c.rope_theta, rsrc);
+    o.query_pre_attn_scalar = get_num(t, "query_pre_attn_scalar", 0, rsrc);
+    if (!(o.rope_theta > 0)) fail("{}: field 'rope_theta' must be > 0", rsrc);
+    if (t.contains("query_pre_attn_scalar") && !(o.query_pre_attn_scalar > 0))
+      fail("{}: field 'query_pre_attn_scalar' must be > 0", rsrc);
     if (used && o.head_dim < 1)
       fail("{}: layer_types.{}: head_dim defaults to d_model / n_heads = 0; set head_dim or use fewer heads", src, ch);
     if (used && o.n_heads % o.n_kv_heads != 0)
@@ -167,6 +199,8 @@ json ModelConfig::to_json() const {
     json t = {{"rope", o.rope}, {"n_heads", o.n_heads}, {"n_kv_heads", o.n_kv_heads}, {"head_dim", o.head_dim},
               {"qk_norm", o.qk_norm}};
     if (ch == 'S') t["window"] = o.window;
+    if ((ch == 'F' || ch == 'S') && o.rope_theta != rope_theta) t["rope_theta"] = o.rope_theta;
+    if ((ch == 'F' || ch == 'S') && o.query_pre_attn_scalar > 0) t["query_pre_attn_scalar"] = o.query_pre_attn_scalar;
     // Only when changed: config files written before these keys existed stay byte-identical.
     if ((ch == 'M' || ch == 'G') && o.a_init_range != default_a_init_range(ch)) t["a_init_range"] = o.a_init_range;
     if ((ch == 'M' || ch == 'G') && o.dt_init_range != kDefaultDtInitRange) t["dt_init_range"] = o.dt_init_range;
@@ -174,11 +208,15 @@ json ModelConfig::to_json() const {
   }
   j["layer_types"] = lt;
   if (init_scale != 1.0) j["init_scale"] = init_scale;  // only when set: older config files stay byte-identical
+  if (mlp_activation != MlpActivation::swiglu) j["mlp_activation"] = mlp_activation_name(mlp_activation);
+  if (sandwich_norm) j["sandwich_norm"] = true;
+  if (scale_embeddings) j["scale_embeddings"] = true;
+  if (tie_embeddings) j["tie_embeddings"] = true;
   return j;
 }
 
 std::vector<std::string> preset_names() {
-  return {"full", "swa128", "swa128-nope", "swa512", "swa2048", "lightning", "mamba2", "gdn"};
+  return {"full", "swa128", "swa128-nope", "swa512", "swa2048", "lightning", "mamba2", "gdn", "gemma3-small"};
 }
 
 json preset_json(const std::string& name) {
@@ -211,6 +249,23 @@ json preset_json(const std::string& name) {
   if (name == "lightning") return efficient("LLLF");
   if (name == "mamba2") return efficient("MMMF");
   if (name == "gdn") return efficient("GGGF");
+  if (name == "gemma3-small") {
+    // Gemma 3's block at the benchmark width (docs/model.md "Gemma 3"): five sliding layers then one full, one KV
+    // head, QK-norm, sandwich norms, GeGLU, scaled and tied embeddings, a RoPE base per layer type.
+    json j = base;
+    j["n_layers"] = 6;
+    j["n_kv_heads"] = 1;
+    j["pattern"] = "SSSSSF";
+    j["window"] = 128;
+    j["rope_theta"] = 1000000.0;
+    j["mlp_activation"] = "geglu_tanh";
+    j["sandwich_norm"] = true;
+    j["scale_embeddings"] = true;
+    j["tie_embeddings"] = true;
+    j["layer_types"] = {{"S", {{"rope_theta", 10000.0}, {"qk_norm", true}, {"query_pre_attn_scalar", 64}}},
+                        {"F", {{"qk_norm", true}, {"query_pre_attn_scalar", 64}}}};
+    return j;
+  }
   std::string known;
   for (auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   fail("unknown preset '{}' (known: {})", name, known);

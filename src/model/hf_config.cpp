@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -59,7 +60,7 @@ json common_keys(const ModelConfig& c, const LayerTypeOptions& a, const HfSpecia
           {"attention_bias", false},
           {"attention_dropout", 0.0},
           {"mlp_bias", false},
-          {"tie_word_embeddings", false},
+          {"tie_word_embeddings", c.tie_embeddings},
           {"bos_token_id", token_id(special.bos)},
           {"eos_token_id", token_id(special.eos)},
           {"pad_token_id", nullptr},
@@ -176,10 +177,77 @@ HfExport export_qwen3next(const ModelConfig& c, const HfSpecialTokens& special) 
   return {"Qwen3NextForCausalLM", j};
 }
 
+// The block options only Gemma 3 has among the architectures hybridlm maps to (docs/hf.md).
+bool uses_gemma_block(const ModelConfig& c) {
+  return c.sandwich_norm || c.scale_embeddings || c.mlp_activation != MlpActivation::swiglu;
+}
+
+// query_pre_attn_scalar as Gemma 3's config holds it: an integer (0: head_dim, hybridlm's default scale).
+i64 gemma_query_scalar(const LayerTypeOptions& t) {
+  const double q = t.query_pre_attn_scalar > 0 ? t.query_pre_attn_scalar : static_cast<double>(t.head_dim);
+  if (q != std::floor(q) || q > 1e9)
+    fail("export --format hf: query_pre_attn_scalar {} is not an integer; Gemma 3's config holds an integer", q);
+  return static_cast<i64>(q);
+}
+
+// F and S layers with Gemma 3's block: Gemma3ForCausalLM (text-only, model_type gemma3_text). Its RMSNorms multiply
+// by 1 + w, so the weights file holds every norm weight minus 1 (hf_weights.cpp).
+HfExport export_gemma3(const ModelConfig& c, const std::string& layers, const HfSpecialTokens& special) {
+  for (char ch : layers)
+    if (ch != 'F' && ch != 'S')
+      fail("export --format hf: layer type {} with Gemma 3's block options (sandwich_norm, scale_embeddings, "
+           "mlp_activation): Gemma 3 has attention layers only", ch);
+  if (!c.sandwich_norm || !c.scale_embeddings || c.mlp_activation != MlpActivation::geglu_tanh)
+    fail("export --format hf: sandwich_norm = {}, scale_embeddings = {}, mlp_activation = {}: Gemma3ForCausalLM, the "
+         "transformers architecture with any of them, has all three (true, true, geglu_tanh)",
+         c.sandwich_norm, c.scale_embeddings, c.mlp_activation == MlpActivation::geglu_tanh ? "geglu_tanh" : "swiglu");
+  const bool has_f = layers.find('F') != std::string::npos, has_s = layers.find('S') != std::string::npos;
+  const LayerTypeOptions& a = c.type(has_f ? 'F' : 'S');
+  const LayerTypeOptions& sl = c.type(has_s ? 'S' : 'F');
+  for (char ch : {'F', 'S'}) {
+    if (layers.find(ch) == std::string::npos) continue;
+    const LayerTypeOptions& t = c.type(ch);
+    if (!t.qk_norm)
+      fail("export --format hf: layer_types.{}.qk_norm is off; Gemma 3 applies QK-norm on every layer", ch);
+    if (!t.rope) fail("export --format hf: layer_types.{}.rope is off; Gemma 3 applies RoPE on every layer", ch);
+  }
+  for (auto [key, fv, sv] : {std::tuple{"n_heads", a.n_heads, sl.n_heads}, {"n_kv_heads", a.n_kv_heads, sl.n_kv_heads},
+                             {"head_dim", a.head_dim, sl.head_dim}})
+    if (fv != sv)
+      fail("export --format hf: layer_types.S.{} ({}) differs from layer_types.F.{} ({}); Gemma 3 uses one head "
+           "layout for every layer", key, sv, key, fv);
+  if (c.d_model % a.n_heads != 0)
+    fail("export --format hf: d_model {} is not a multiple of n_heads {}; transformers' Gemma 3 config requires it",
+         c.d_model, a.n_heads);
+  if (gemma_query_scalar(a) != gemma_query_scalar(sl))
+    fail("export --format hf: query_pre_attn_scalar differs between F and S layers; Gemma 3 has one");
+  if (c.norm_eps != kQkNormEps)
+    fail("export --format hf: norm_eps {}: Gemma 3's q_norm/k_norm use rms_norm_eps, hybridlm's QK-norm uses {}",
+         c.norm_eps, kQkNormEps);
+  json layer_types = json::array();
+  for (char ch : layers) layer_types.push_back(ch == 'S' ? "sliding_attention" : "full_attention");
+  json j = common_keys(c, a, special);
+  j.erase("hidden_act");  // Gemma 3 names it hidden_activation
+  j.erase("mlp_bias");
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  j["model_type"] = "gemma3_text";
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["query_pre_attn_scalar"] = gemma_query_scalar(a);
+  j["sliding_window"] = has_s ? c.type('S').window : c.window;
+  j["layer_types"] = layer_types;
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", a.rope_theta}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", sl.rope_theta}}}};
+  j["final_logit_softcapping"] = nullptr;
+  j["attn_logit_softcapping"] = nullptr;
+  j["use_bidirectional_attention"] = false;
+  return {"Gemma3ForCausalLM", j};
+}
+
 }  // namespace
 
 HfExport hf_export_config(const ModelConfig& c, const HfSpecialTokens& special) {
   const std::string layers = c.layer_pattern();
+  if (uses_gemma_block(c)) return export_gemma3(c, layers, special);
   if (layers.find_first_not_of('G') == std::string::npos) return export_qwen3next(c, special);
   for (char ch : layers)
     if (ch == 'L' || ch == 'G') fail("export --format hf: {}", refusal(ch, layers));
@@ -219,6 +287,10 @@ const std::set<std::string> kBambaKeys = {
     "attn_layer_indices", "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state", "mamba_d_conv",
     "mamba_expand", "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "time_step_limit",
     "z_loss_coefficient", "num_logits_to_keep", "layer_types"};
+const std::set<std::string> kGemma3Keys = {
+    "query_pre_attn_scalar", "sliding_window", "layer_types", "sliding_window_pattern", "_sliding_window_pattern",
+    "final_logit_softcapping", "attn_logit_softcapping", "use_bidirectional_attention", "rope_local_base_freq",
+    "cache_implementation", "hidden_activation"};
 const std::set<std::string> kQwen3NextKeys = {
     "layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
     "linear_num_key_heads", "linear_num_value_heads", "decoder_sparse_step", "moe_intermediate_size",
@@ -254,32 +326,39 @@ struct Reader {
   }
 };
 
-double rope_theta_of(const Reader& r, double def) {
+void refuse_rope_scaling(const Reader& r) {
   if (r.j.contains("rope_scaling") && !r.j.at("rope_scaling").is_null())
     fail("{}: key 'rope_scaling' = {} is not supported (hybridlm computes plain RoPE)", r.src,
          r.j.at("rope_scaling").dump());
-  double theta = r.j.contains("rope_theta") ? r.number("rope_theta") : def;
-  if (r.j.contains("rope_parameters") && !r.j.at("rope_parameters").is_null()) {
-    const json& p = r.j.at("rope_parameters");
-    if (!p.is_object()) fail("{}: key 'rope_parameters' must be an object", r.src);
-    // The type first: a scaled RoPE is refused by its name rather than by one of its parameters.
-    if (p.contains("rope_type") && p.at("rope_type") != "default")
-      fail("{}: key 'rope_parameters.rope_type' = {} is not supported (hybridlm computes plain RoPE)", r.src,
-           p.at("rope_type").dump());
-    for (auto& [k, v] : p.items()) {
-      if (k == "rope_theta") {
-        if (!v.is_number()) fail("{}: key 'rope_parameters.rope_theta' must be a number", r.src);
-        theta = v.get<double>();
-      } else if (k == "rope_type") {
-      } else if (k == "partial_rotary_factor") {
-        if (!v.is_number() || v.get<double>() != 1.0)
-          fail("{}: key 'rope_parameters.partial_rotary_factor' = {} is not supported (RoPE on all head dims)",
-               r.src, v.dump());
-      } else {
-        fail("{}: key 'rope_parameters.{}' is not supported (hybridlm computes plain RoPE)", r.src, k);
-      }
+}
+
+// The theta of one rope_parameters object (`key` names it in errors), `theta` where it has none.
+double theta_of_rope_parameters(const json& p, const std::string& key, const std::string& src, double theta) {
+  if (!p.is_object()) fail("{}: key '{}' must be an object", src, key);
+  // The type first: a scaled RoPE is refused by its name rather than by one of its parameters.
+  if (p.contains("rope_type") && p.at("rope_type") != "default")
+    fail("{}: key '{}.rope_type' = {} is not supported (hybridlm computes plain RoPE)", src, key,
+         p.at("rope_type").dump());
+  for (auto& [k, v] : p.items()) {
+    if (k == "rope_theta") {
+      if (!v.is_number()) fail("{}: key '{}.rope_theta' must be a number", src, key);
+      theta = v.get<double>();
+    } else if (k == "rope_type") {
+    } else if (k == "partial_rotary_factor") {
+      if (!v.is_number() || v.get<double>() != 1.0)
+        fail("{}: key '{}.partial_rotary_factor' = {} is not supported (RoPE on all head dims)", src, key, v.dump());
+    } else {
+      fail("{}: key '{}.{}' is not supported (hybridlm computes plain RoPE)", src, key, k);
     }
   }
+  return theta;
+}
+
+double rope_theta_of(const Reader& r, double def) {
+  refuse_rope_scaling(r);
+  double theta = r.j.contains("rope_theta") ? r.number("rope_theta") : def;
+  if (r.j.contains("rope_parameters") && !r.j.at("rope_parameters").is_null())
+    theta = theta_of_rope_parameters(r.j.at("rope_parameters"), "rope_parameters", r.src, theta);
   return theta;
 }
 
@@ -289,7 +368,7 @@ namespace {
 
 const std::map<std::string, std::string> kArchitectures = {
     {"smollm3", "SmolLM3ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"bamba", "BambaForCausalLM"},
-    {"qwen3_next", "Qwen3NextForCausalLM"}};
+    {"qwen3_next", "Qwen3NextForCausalLM"}, {"gemma3_text", "Gemma3ForCausalLM"}};
 
 // What the per-architecture readers decide: one letter per layer, RoPE per layer, the S window, and the
 // options of the letters' layer types.
@@ -300,6 +379,22 @@ struct Layout {
   json types = json::object();
   json extra = json::object();  // further top-level hybridlm keys
 };
+
+// Key layer_types, where present and not null: whether each of the L layers is a sliding one.
+std::optional<std::vector<bool>> sliding_layers(const Reader& r, i64 L) {
+  if (!r.j.contains("layer_types") || r.j.at("layer_types").is_null()) return std::nullopt;
+  const json& lt = r.j.at("layer_types");
+  if (!lt.is_array() || static_cast<i64>(lt.size()) != L)
+    fail("{}: key 'layer_types' must name each of the {} layers", r.src, L);
+  std::vector<bool> sliding(static_cast<size_t>(L));
+  for (i64 l = 0; l < L; ++l) {
+    if (lt[l] != "sliding_attention" && lt[l] != "full_attention")
+      fail("{}: key 'layer_types[{}]' = {} is not supported (sliding_attention or full_attention)", r.src, l,
+           lt[l].dump());
+    sliding[l] = lt[l] == "sliding_attention";
+  }
+  return sliding;
+}
 
 // SmolLM3 / Qwen3: sliding or full, RoPE or NoPE per layer (transformers' defaults where keys are absent).
 Layout attention_layout(const Reader& r, const std::string& model_type, i64 L, i64 max_len, HfImport& out) {
@@ -324,16 +419,8 @@ Layout attention_layout(const Reader& r, const std::string& model_type, i64 L, i
       for (i64 l = 0; l < L; ++l) rope[l] = (l + 1) % every != 0;
     }
   }
-  if (hf.contains("layer_types") && !hf.at("layer_types").is_null()) {
-    const json& lt = hf.at("layer_types");
-    if (!lt.is_array() || static_cast<i64>(lt.size()) != L)
-      fail("{}: key 'layer_types' must name each of the {} layers", src, L);
-    for (i64 l = 0; l < L; ++l) {
-      if (lt[l] != "sliding_attention" && lt[l] != "full_attention")
-        fail("{}: key 'layer_types[{}]' = {} is not supported (sliding_attention or full_attention)", src, l,
-             lt[l].dump());
-      sliding[l] = use_sw && lt[l] == "sliding_attention";
-    }
+  if (const auto named = sliding_layers(r, L)) {
+    for (i64 l = 0; l < L; ++l) sliding[l] = use_sw && (*named)[l];
   } else if (use_sw) {
     const i64 first = model_type == "qwen3" && hf.contains("max_window_layers") ? r.integer("max_window_layers") : 28;
     for (i64 l = 0; l < L; ++l) sliding[l] = model_type == "smollm3" ? !rope[l] : l >= first;
@@ -408,6 +495,52 @@ Layout bamba_layout(const Reader& r, i64 L, i64 D) {
   return lay;
 }
 
+// Gemma 3 (text): sliding and full attention with QK-norm and RoPE everywhere, a RoPE base per layer type, sandwich
+// norms, GeGLU, the embedding scaled by sqrt(hidden_size), the query scale from query_pre_attn_scalar. Reads the
+// keys transformers 4.5x writes (rope_theta, rope_local_base_freq, sliding_window_pattern) and 5.x writes
+// (rope_parameters per layer type, layer_types), with transformers' defaults where keys are absent.
+Layout gemma3_layout(const Reader& r, i64 L, bool tied) {
+  const json& hf = r.j;
+  const std::string& src = r.src;
+  r.require("final_logit_softcapping", nullptr, "hybridlm's LM head has no soft-capping");
+  r.require("attn_logit_softcapping", nullptr, "hybridlm's attention has no soft-capping");
+  r.require("use_bidirectional_attention", false, "hybridlm's attention is causal");
+  r.require("hidden_activation", "gelu_pytorch_tanh", "hybridlm's GeGLU uses the tanh-approximated GELU");
+  refuse_rope_scaling(r);
+  double full_theta = hf.contains("rope_theta") ? r.number("rope_theta") : 1000000.0;
+  double local_theta = hf.contains("rope_local_base_freq") ? r.number("rope_local_base_freq") : 10000.0;
+  if (hf.contains("rope_parameters") && !hf.at("rope_parameters").is_null()) {
+    const json& p = hf.at("rope_parameters");
+    if (!p.is_object()) fail("{}: key 'rope_parameters' must be an object", src);
+    for (auto& [k, v] : p.items()) {
+      if (k == "full_attention")
+        full_theta = theta_of_rope_parameters(v, "rope_parameters.full_attention", src, full_theta);
+      else if (k == "sliding_attention")
+        local_theta = theta_of_rope_parameters(v, "rope_parameters.sliding_attention", src, local_theta);
+      else
+        fail("{}: key 'rope_parameters.{}' is not supported (Gemma 3 keys its RoPE by full_attention and "
+             "sliding_attention)", src, k);
+    }
+  }
+  Layout lay;
+  if (const auto named = sliding_layers(r, L)) {
+    for (i64 l = 0; l < L; ++l) lay.pattern += (*named)[l] ? 'S' : 'F';
+  } else {
+    // transformers reads sliding_window_pattern (its _sliding_window_pattern, written back, it does not read).
+    const i64 every = hf.contains("sliding_window_pattern") ? r.integer("sliding_window_pattern") : 6;
+    for (i64 l = 0; l < L; ++l) lay.pattern += (l + 1) % every != 0 ? 'S' : 'F';  // 6: five sliding, then a full one
+  }
+  lay.window = hf.contains("sliding_window") && !hf.at("sliding_window").is_null() ? r.integer("sliding_window") : 4096;
+  lay.rope.assign(static_cast<size_t>(L), true);
+  const double scalar = hf.contains("query_pre_attn_scalar") ? r.number("query_pre_attn_scalar") : 256.0;
+  if (!(scalar > 0)) fail("{}: key 'query_pre_attn_scalar' must be > 0, got {}", src, scalar);
+  lay.types = {{"F", {{"qk_norm", true}, {"rope_theta", full_theta}, {"query_pre_attn_scalar", scalar}}},
+               {"S", {{"qk_norm", true}, {"rope_theta", local_theta}, {"query_pre_attn_scalar", scalar}}}};
+  lay.extra = {{"rope_theta", full_theta}, {"mlp_activation", "geglu_tanh"}, {"sandwich_norm", true},
+               {"scale_embeddings", true}, {"tie_embeddings", tied}};
+  return lay;
+}
+
 // Qwen3Next with Gated DeltaNet layers only and dense MLPs: G layers (its gated full attention is not computed).
 Layout qwen3next_layout(const Reader& r, i64 L) {
   const json& hf = r.j;
@@ -458,14 +591,17 @@ HfImport hf_import_config(const json& hf, const std::string& src) {
   if (!hf.is_object()) fail("{}: config.json must be a JSON object", src);
   const std::string model_type = hf.value("model_type", std::string());
   if (!kArchitectures.count(model_type))
-    fail("{}: key 'model_type' = \"{}\" is not supported (import reads smollm3, qwen3, bamba, qwen3_next; docs/hf.md)", src,
-         model_type);
-  const std::set<std::string>& extra_keys =
-      model_type == "bamba" ? kBambaKeys : model_type == "qwen3_next" ? kQwen3NextKeys : kAttentionKeys;
+    fail("{}: key 'model_type' = \"{}\" is not supported (import reads smollm3, qwen3, bamba, qwen3_next, gemma3_text; "
+         "docs/hf.md)", src, model_type);
+  const bool gemma = model_type == "gemma3_text";
+  const std::set<std::string>& extra_keys = model_type == "bamba"        ? kBambaKeys
+                                            : model_type == "qwen3_next" ? kQwen3NextKeys
+                                            : gemma                      ? kGemma3Keys
+                                                                         : kAttentionKeys;
   for (auto& [k, v] : hf.items())
     if (!kKnownKeys.count(k) && !extra_keys.count(k)) fail("{}: unknown key '{}' for model_type {}", src, k, model_type);
   const Reader r{hf, src};
-  r.require("hidden_act", "silu", "hybridlm's MLP is SwiGLU");
+  if (!gemma) r.require("hidden_act", "silu", "hybridlm's MLP is SwiGLU");  // Gemma 3 reads hidden_activation
   r.require("attention_bias", false, "hybridlm's projections have no bias");
   r.require("mlp_bias", false, "hybridlm's projections have no bias");
   HfImport out;
@@ -479,19 +615,23 @@ HfImport hf_import_config(const json& hf, const std::string& src) {
   const i64 L = r.integer("num_hidden_layers"), D = r.integer("hidden_size"), H = r.integer("num_attention_heads");
   const i64 Hkv = hf.contains("num_key_value_heads") && !hf.at("num_key_value_heads").is_null()
                       ? r.integer("num_key_value_heads")
-                      : H;
-  const i64 hd = hf.contains("head_dim") && !hf.at("head_dim").is_null() ? r.integer("head_dim") : D / H;
+                      : gemma ? 4 : H;
+  const i64 hd = hf.contains("head_dim") && !hf.at("head_dim").is_null() ? r.integer("head_dim") : gemma ? 256 : D / H;
   const double eps = hf.contains("rms_norm_eps") ? r.number("rms_norm_eps") : 1e-6;
-  // Qwen3Next imports only without attention layers, so its RoPE settings do not change the function.
-  const double theta = model_type == "qwen3_next" ? 10000.0 : rope_theta_of(r, model_type == "smollm3" ? 2000000.0 : 10000.0);
-  if (model_type == "qwen3" && eps != kQkNormEps)
-    fail("{}: key 'rms_norm_eps' = {} is not supported for qwen3: its q_norm/k_norm use it, hybridlm's QK-norm "
+  // Qwen3Next imports only without attention layers, so its RoPE settings do not change the function; Gemma 3's
+  // RoPE bases are its layout's.
+  const double theta = model_type == "qwen3_next" || gemma
+                           ? 10000.0
+                           : rope_theta_of(r, model_type == "smollm3" ? 2000000.0 : 10000.0);
+  if ((model_type == "qwen3" || gemma) && eps != kQkNormEps)
+    fail("{}: key 'rms_norm_eps' = {} is not supported for {}: its q_norm/k_norm use it, hybridlm's QK-norm "
          "uses {}",
-         src, eps, kQkNormEps);
-  out.tied_embeddings = r.flag("tie_word_embeddings", model_type == "smollm3");
+         src, eps, model_type, kQkNormEps);
+  out.tied_embeddings = r.flag("tie_word_embeddings", model_type == "smollm3" || gemma);
   const i64 max_len = r.integer("max_position_embeddings");
   const Layout lay = model_type == "bamba"        ? bamba_layout(r, L, D)
                      : model_type == "qwen3_next" ? qwen3next_layout(r, L)
+                     : gemma                      ? gemma3_layout(r, L, out.tied_embeddings)
                                                   : attention_layout(r, model_type, L, max_len, out);
 
   // The shortest unit that repeats to the layers ("SSSFSSSF" -> "SSSF"), as hybridlm configs write patterns.

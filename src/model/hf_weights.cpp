@@ -229,14 +229,28 @@ void load_qwen3next(const std::string& hf_dir, Model& m, bool tied_embeddings) {
   }
 }
 
+// Gemma 3's RMSNorms (block, QK and final) multiply by 1 + w: its files hold hybridlm's norm weights minus 1, as
+// Qwen3Next's block norms (llama.cpp's GGUF files hold them with the 1 added, as hybridlm does).
+bool zero_centred(const std::string& architecture, const std::string& name) {
+  return architecture == "Gemma3ForCausalLM" && ends_with(name, "norm.weight");
+}
+
 }  // namespace
 
 void write_hf_weights(const Model& model, const std::string& architecture, const std::string& path) {
   if (architecture == "Qwen3NextForCausalLM") return write_qwen3next(model, path);
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
-  for (const auto& p : model.registry().all())
-    w.add_f32(hf_tensor_name(architecture, p.name), p.shape, model.params() + p.offset);
+  for (const auto& p : model.registry().all()) {
+    const float* src = model.params() + p.offset;
+    if (!zero_centred(architecture, p.name)) {
+      w.add_f32(hf_tensor_name(architecture, p.name), p.shape, src);
+      continue;
+    }
+    std::vector<float> shifted(src, src + p.shape.numel());
+    for (float& x : shifted) x -= 1.0f;
+    w.add_f32(hf_tensor_name(architecture, p.name), p.shape, shifted.data());
+  }
   w.write(path);
 }
 
@@ -246,22 +260,39 @@ void load_hf_weights(const std::string& hf_dir, const std::string& architecture,
   std::vector<bool> loaded(reg.all().size(), false);
   std::map<std::string, int> index;  // the architecture's tensor name -> registry index
   for (size_t i = 0; i < reg.all().size(); ++i) index[hf_tensor_name(architecture, reg.all()[i].name)] = static_cast<int>(i);
+  const int head = reg.find("lm_head.weight"), embed = reg.find("model.embed_tokens.weight");
+  // A model that ties its head has no lm_head.weight; a file may still hold one, which must then be the embedding.
+  std::vector<float> file_head;
+  std::string file_head_path;
   for (const std::string& path : weight_files(hf_dir)) {
     SafeTensorsFile f = SafeTensorsFile::read(path);
     for (const SafeTensor& t : f.tensors()) {
       const auto it = index.find(t.name);
       if (it == index.end()) {
         if (is_rotary_buffer(t.name)) continue;
+        if (t.name == "lm_head.weight" && head < 0) {
+          t.expect_shape(reg.info(embed).shape);
+          file_head.resize(static_cast<size_t>(t.numel()));
+          copy_as_f32(t, file_head.data());
+          file_head_path = path;
+          continue;
+        }
         fail("{}: tensor '{}' has no place in the imported model", path, t.name);
       }
       const ParamInfo& p = reg.info(it->second);
       t.expect_shape(p.shape);
-      copy_as_f32(t, model.params() + p.offset);
+      float* dst = model.params() + p.offset;
+      copy_as_f32(t, dst);
+      if (zero_centred(architecture, p.name))
+        for (i64 i = 0; i < p.shape.numel(); ++i) dst[i] += 1.0f;
       loaded[static_cast<size_t>(it->second)] = true;
     }
   }
-  const int head = reg.find("lm_head.weight"), embed = reg.find("model.embed_tokens.weight");
-  if (tied_embeddings && !loaded[static_cast<size_t>(head)] && loaded[static_cast<size_t>(embed)]) {
+  if (!file_head.empty() && loaded[static_cast<size_t>(embed)] &&
+      !std::equal(file_head.begin(), file_head.end(), model.params() + reg.info(embed).offset))
+    fail("{}: tensor 'lm_head.weight' differs from model.embed_tokens.weight, but the model ties them "
+         "(tie_word_embeddings)", file_head_path);
+  if (head >= 0 && tied_embeddings && !loaded[static_cast<size_t>(head)] && loaded[static_cast<size_t>(embed)]) {
     const ParamInfo &h = reg.info(head), &e = reg.info(embed);
     std::copy(model.params() + e.offset, model.params() + e.offset + e.shape.numel(), model.params() + h.offset);
     loaded[static_cast<size_t>(head)] = true;

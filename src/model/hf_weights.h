@@ -12,7 +12,8 @@ namespace hlm {
 void write_hf_weights(const Model& model, const std::string& architecture, const std::string& path);
 
 // Loads every parameter of `model` from the Hugging Face folder `hf_dir`. With `tied_embeddings`,
-// lm_head.weight may be absent and is then a copy of model.embed_tokens.weight. A tensor the model does
+// lm_head.weight may be absent and is then a copy of model.embed_tokens.weight. A model that ties its head
+// (config tie_embeddings) has no lm_head.weight: a file's must equal the embedding. A tensor the model does
 // not have (other than rotary inv_freq buffers) is an hlm::Error naming it and its file.
 void load_hf_weights(const std::string& hf_dir, const std::string& architecture, Model& model, bool tied_embeddings);
 

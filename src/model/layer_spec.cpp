@@ -18,7 +18,7 @@ MixerSpec mixer_spec(const ModelConfig& cfg, i64 layer) {
   s.n_layers = cfg.n_layers;
   s.chunk_size = cfg.chunk_size;
   s.max_seq_len = cfg.max_seq_len;
-  s.rope_theta = cfg.rope_theta;
+  s.rope_theta = s.type.rope_theta > 0 ? s.type.rope_theta : cfg.rope_theta;
   s.mamba_d_state = cfg.mamba_d_state;
   s.mamba_expand = cfg.mamba_expand;
   s.init_std = kWeightInitStd;

@@ -67,7 +67,8 @@ MemoryEstimate estimate_memory(const ModelConfig& cfg, const MemoryUse& use) {
   ParamRegistry reg;
   std::vector<std::unique_ptr<Mixer>> mixers;
   std::vector<i64> repeats;
-  double params = 2 * V * D + L * (2 * D + 3 * D * F) + D;
+  // Embedding and LM head (one matrix when tied), the block norms (four with sandwich norms) and MLP, the final norm.
+  double params = (cfg.tie_embeddings ? 1 : 2) * V * D + L * ((cfg.sandwich_norm ? 4 : 2) * D + 3 * D * F) + D;
   for (i64 l = 0; l < P; ++l) {
     const i64 before = reg.total_floats();
     mixers.push_back(make_mixer(shape_cfg, l, reg));

@@ -10,11 +10,11 @@
 #include "ops/add.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
+#include "ops/gated_unit.h"
 #include "ops/matmul.h"
 #include "ops/matmul_bf16.h"
 #include "ops/precision.h"
 #include "ops/rmsnorm.h"
-#include "ops/swiglu.h"
 #include "ops/transpose.h"
 
 namespace hlm {
@@ -22,6 +22,23 @@ namespace hlm {
 namespace {
 bool bf16_step() { return ops::precision() == ops::Precision::bf16; }
 i64 bf16_floats(i64 n) { return (n + 1) / 2; }  // floats of arena that hold n bf16 values
+
+// The MLP's gated unit (ops/gated_unit.h) for the config's activation.
+void gated_forward(MlpActivation a, const float* gu, float* h, i64 N, i64 F) {
+  a == MlpActivation::geglu_tanh ? ops::geglu_forward(gu, h, N, F) : ops::swiglu_forward(gu, h, N, F);
+}
+void gated_forward_bf16(MlpActivation a, const ops::bf16* gu, ops::bf16* h, i64 N, i64 F) {
+  a == MlpActivation::geglu_tanh ? ops::geglu_forward_bf16(gu, h, N, F) : ops::swiglu_forward_bf16(gu, h, N, F);
+}
+void gated_backward(MlpActivation a, const float* gu, const float* dh, float* dgu, i64 N, i64 F, float* h) {
+  a == MlpActivation::geglu_tanh ? ops::geglu_backward(gu, dh, dgu, N, F, h)
+                                 : ops::swiglu_backward(gu, dh, dgu, N, F, h);
+}
+void gated_backward_bf16(MlpActivation a, const ops::bf16* gu, const float* dh, ops::bf16* dgu, i64 N, i64 F,
+                         ops::bf16* h) {
+  a == MlpActivation::geglu_tanh ? ops::geglu_backward_bf16(gu, dh, dgu, N, F, h)
+                                 : ops::swiglu_backward_bf16(gu, dh, dgu, N, F, h);
+}
 }  // namespace
 
 Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
@@ -31,17 +48,23 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
   for (i64 l = 0; l < cfg.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerOffsets o;
-    o.ln1 = reg_.info(reg_.add(p + "input_layernorm.weight", {D}, Init::Ones, 0, 0, false)).offset;
+    auto norm = [&](const char* name) { return reg_.info(reg_.add(p + name, {D}, Init::Ones, 0, 0, false)).offset; };
+    o.ln1 = norm("input_layernorm.weight");
     mixers_.push_back(make_mixer(cfg, l, reg_));
-    o.ln2 = reg_.info(reg_.add(p + "post_attention_layernorm.weight", {D}, Init::Ones, 0, 0, false)).offset;
+    // Gemma's names with sandwich norms (post_attention_layernorm is then the mixer output's norm), Llama's without.
+    if (cfg.sandwich_norm) o.ln_mixer_out = norm("post_attention_layernorm.weight");
+    o.ln2 = norm(cfg.sandwich_norm ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight");
     // gate_proj then up_proj back to back: one [2F, D] matmul.
     o.w_gate_up = reg_.info(reg_.add(p + "mlp.gate_proj.weight", {F, D}, Init::Normal, kWeightInitStd)).offset;
     reg_.add(p + "mlp.up_proj.weight", {F, D}, Init::Normal, kWeightInitStd, 0, true, true);
     o.w_down = reg_.info(reg_.add(p + "mlp.down_proj.weight", {D, F}, Init::Normal, out_std)).offset;
+    if (cfg.sandwich_norm) o.ln_mlp_out = norm("post_feedforward_layernorm.weight");
     lo_.push_back(o);
   }
   off_norm_ = reg_.info(reg_.add("model.norm.weight", {D}, Init::Ones, 0, 0, false)).offset;
-  off_head_ = reg_.info(reg_.add("lm_head.weight", {V, D}, Init::Normal, kWeightInitStd)).offset;
+  // Tied: the head reads the embedding matrix, and its gradient adds into the embedding's (no weight decay on it).
+  off_head_ = cfg.tie_embeddings ? off_embed_
+                                 : reg_.info(reg_.add("lm_head.weight", {V, D}, Init::Normal, kWeightInitStd)).offset;
   store_.allocate(reg_.total_floats());
   for (auto& m : mixers_) m->bind(store_.data.data(), store_.grad.data(), cfg.d_model);
   init(0);
@@ -81,7 +104,10 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   i64 floats = 3 * N + 4 * pad;                         // inputs, targets, doc_start copies
   // A block's activations: mixer output (+ residual), block output; rstd x2; gate|up (bf16 in a bf16 step). The two
   // norm outputs share one buffer (counted once below) and the SwiGLU product is transient.
-  const i64 per_layer = 2 * (N * D + pad) + 2 * (N + pad) + (bf16 ? bf16_floats(N * 2 * F) : N * 2 * F) + pad;
+  // Sandwich norms keep their inputs, the mixer's and the MLP's outputs, and their 1/rms too.
+  const i64 sandwich = cfg.sandwich_norm ? 2 * (N * D + pad) + 2 * (N + pad) : 0;
+  const i64 per_layer =
+      2 * (N * D + pad) + 2 * (N + pad) + (bf16 ? bf16_floats(N * 2 * F) : N * 2 * F) + pad + sandwich;
   i64 scratch = 0, saved_max = 0, layers = 0;
   for (size_t i = 0; i < mixers.size(); ++i) {
     const i64 times = repeats ? (*repeats)[i] : 1;
@@ -102,6 +128,7 @@ i64 training_arena_floats(const ModelConfig& cfg, const std::vector<std::unique_
   // partials and logits blocks, at this thread count), the MLP's da (its d gate|up overwrites gate|up), the largest
   // mixer scratch (forward or backward) and, with recompute, the SwiGLU product of the block rerun.
   floats += 3 * (N * D + pad);
+  if (cfg.sandwich_norm) floats += N * D + pad;  // d of the mixer's or the MLP's output, before its norm
   // A bf16 step's MLP keeps its bf16 product (then the rounded norm) beside da.
   const i64 mlp = N * F + pad + (bf16 ? bf16_floats(N * std::max(F, D)) + pad : 0);
   floats += std::max({scratch, mlp, ops::lm_head_ce_workspace_floats(N, D, cfg.vocab_size) + pad});
@@ -150,9 +177,18 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
   float* n = norm_buf_;
   a.rstd1 = arena_.floats(N, "rstd1");
   ops::rmsnorm_forward(a.x, params() + o.ln1, n, a.rstd1, N, D, eps);
-  a.h = arena_.floats(N * D, "residual mid");
-  mixers_[l]->forward(n, a.h, s, arena_);  // h = mixer(norm1(x))
-  check("mixer output", l, a.h, N * D);
+  if (cfg_.sandwich_norm) {
+    a.mixer_out = arena_.floats(N * D, "mixer out");
+    mixers_[l]->forward(n, a.mixer_out, s, arena_);
+    check("mixer output", l, a.mixer_out, N * D);
+    a.rstd_mixer_out = arena_.floats(N, "rstd mixer out");
+    a.h = arena_.floats(N * D, "residual mid");
+    ops::rmsnorm_forward(a.mixer_out, params() + o.ln_mixer_out, a.h, a.rstd_mixer_out, N, D, eps);  // h = norm(..)
+  } else {
+    a.h = arena_.floats(N * D, "residual mid");
+    mixers_[l]->forward(n, a.h, s, arena_);  // h = mixer(norm1(x))
+    check("mixer output", l, a.h, N * D);
+  }
   a.rstd2 = arena_.floats(N, "rstd2");
   ops::residual_rmsnorm_forward(a.h, a.x, params() + o.ln2, n, a.rstd2, N, D, eps);  // h += x, then norm2(h)
   // A bf16 step keeps gate|up rounded to bf16, as oneDNN writes it: half the bytes written, kept and read again;
@@ -167,21 +203,27 @@ float* Model::block_forward(i64 l, float* x, float* out, const SeqInfo& s) {
     ops::linear_forward(n, params() + o.w_gate_up, a.gu, N, D, 2 * F);
   }
   if (!out) out = arena_.floats(N * D, "residual");
-  // The SwiGLU product is transient: backward recomputes it from gu (one elementwise pass) instead of keeping
+  float* y = out;  // the MLP's output: into the block's output, or (sandwich) kept for its norm
+  if (cfg_.sandwich_norm) {
+    y = a.mlp_out = arena_.floats(N * D, "mlp out");
+    a.rstd_mlp_out = arena_.floats(N, "rstd mlp out");
+  }
+  // The gated unit's product is transient: backward recomputes it from gu (one elementwise pass) instead of keeping
   // N*F floats per layer.
   const auto act_mark = arena_.mark();
   if (bf16_step()) {
-    // The down projection reads the product in bf16: SwiGLU writes it rounded (half the bytes, no rounding pass).
+    // The down projection reads the product in bf16: the unit writes it rounded (half the bytes, no rounding pass).
     auto* act = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * F), "mlp act (bf16)"));
-    ops::swiglu_forward_bf16(a.gu_bf16, act, N, F);
-    ops::linear_forward_bf16(act, params() + o.w_down, out, N, F, D);
+    gated_forward_bf16(cfg_.mlp_activation, a.gu_bf16, act, N, F);
+    ops::linear_forward_bf16(act, params() + o.w_down, y, N, F, D);
   } else {
     float* act = arena_.floats(N * F, "mlp act");
-    ops::swiglu_forward(a.gu, act, N, F);
-    ops::linear_forward(act, params() + o.w_down, out, N, F, D);
+    gated_forward(cfg_.mlp_activation, a.gu, act, N, F);
+    ops::linear_forward(act, params() + o.w_down, y, N, F, D);
   }
   arena_.release_to(act_mark);
-  check("mlp output", l, out, N * D);
+  check("mlp output", l, y, N * D);
+  if (cfg_.sandwich_norm) ops::rmsnorm_forward(a.mlp_out, params() + o.ln_mlp_out, out, a.rstd_mlp_out, N, D, eps);
   ops::add_into(out, a.h, N * D);
   return out;
 }
@@ -197,20 +239,36 @@ void Model::recompute_norm(const float* x, i64 w_offset, float* rstd, float* out
 // down's as dW = dy^T x with d output rounded transposed (narrow: D columns), gate|up's as linear_backward under
 // bf16 computes it (the bits of the fp32-buffer path under bf16 there). dx (d output) and da (N*F floats) are the
 // caller's; dn gets d norm2(h); dtmp is free throughout.
-void Model::mlp_backward_bf16(i64 l, const float* dx, float* da, float* dn, float* dtmp) {
+void Model::mlp_backward(i64 l, const float* dy, float* da, float* dn, float* dtmp) {
+  const i64 N = B_ * T_, D = cfg_.d_model, F = cfg_.d_ff;
+  const LayerActs& a = acts_[l];
+  const LayerOffsets& o = lo_[l];
+  // y = down(act(gate_up(norm2(h)))). d act first; the gated unit's backward then writes d gate|up over gate|up and
+  // the product act(gate) * up over d act (in place: each element is read before it is overwritten), for the
+  // down_proj weight gradient.
+  float* dgu = a.gu;
+  ops::linear_backward(nullptr, params() + o.w_down, dy, da, nullptr, N, F, D);
+  gated_backward(cfg_.mlp_activation, a.gu, da, dgu, N, F, da);
+  ops::linear_backward(da, params() + o.w_down, dy, nullptr, grads() + o.w_down, N, F, D);
+  // norm2(h) again into dtmp (free scratch here).
+  recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
+  ops::linear_backward(dtmp, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
+}
+
+void Model::mlp_backward_bf16(i64 l, const float* dy, float* da, float* dn, float* dtmp) {
   const i64 N = B_ * T_, D = cfg_.d_model, F = cfg_.d_ff;
   const LayerActs& a = acts_[l];
   const LayerOffsets& o = lo_[l];
   // d output in bf16, rows then transposed: 2 * N*D bf16 in dtmp's N*D floats, free until the norm below.
   auto* dxb = reinterpret_cast<ops::bf16*>(dtmp);
   ops::bf16* dxbt = dxb + N * D;
-  ops::round_to_bf16(dx, N, D, D, dxb);
-  ops::round_to_bf16_transposed(dx, N, D, D, dxbt);
+  ops::round_to_bf16(dy, N, D, D, dxb);
+  ops::round_to_bf16_transposed(dy, N, D, D, dxbt);
   ops::linear_backward_bf16(nullptr, params() + o.w_down, dxb, da, nullptr, N, F, D);  // d act
-  // d gate|up over d act (a bf16 row of it is an fp32 row of da), and the product silu(gate) * up, rounded.
+  // d gate|up over d act (a bf16 row of it is an fp32 row of da), and the product act(gate) * up, rounded.
   auto* dgub = reinterpret_cast<ops::bf16*>(da);
   auto* xb = reinterpret_cast<ops::bf16*>(arena_.floats(bf16_floats(N * std::max(F, D)), "mlp operand (bf16)"));
-  ops::swiglu_backward_bf16(a.gu_bf16, da, dgub, N, F, xb);
+  gated_backward_bf16(cfg_.mlp_activation, a.gu_bf16, da, dgub, N, F, xb);
   // d down_proj[D, F] += (d output)^T act.
   ops::matmul_bf16(false, false, D, F, N, 1.f, dxbt, N, xb, F, 1.f, grads() + o.w_down, F);
   // norm2(h) again, rounded into xb transposed (the product is read) for the gate|up weight gradient.
@@ -240,7 +298,7 @@ void Model::forward_hidden(const int32_t* inputs, const int32_t* doc_start, i64 
   acts_.resize(static_cast<size_t>(cfg_.n_layers));
   norm_buf_ = arena_.floats(N * D, "block norm");
   float* x = arena_.floats(N * D, "residual");
-  ops::embedding_forward(inputs_, params() + off_embed_, x, N, D, cfg_.vocab_size);
+  ops::embedding_forward(inputs_, params() + off_embed_, x, N, D, cfg_.vocab_size, cfg_.embedding_scale());
   if (!recompute_) {
     for (i64 l = 0; l < cfg_.n_layers; ++l) x = block_forward(l, x, nullptr, s);
   } else {
@@ -335,6 +393,8 @@ void Model::backward_below_head(const BackwardBuffers& g) {
   float *dx = g.dx, *dn = g.dn, *dtmp = g.dtmp;
   ops::rmsnorm_backward(x_final_, params() + off_norm_, rstd_final_, dn, dx, grads() + off_norm_, N, D);
   check("grad final hidden", -1, dx, N * D);
+  // Sandwich norms: d of the MLP's (then the mixer's) output before its norm; dx stays the residual's gradient.
+  float* d_out = cfg_.sandwich_norm ? arena_.floats(N * D, "d mixer or mlp output") : nullptr;
   for (i64 l = cfg_.n_layers - 1; l >= 0; --l) {
     const auto block_mark = arena_.mark();
     // Recompute: this block's activations again, from the residual saved at its input (same ops, same
@@ -344,34 +404,37 @@ void Model::backward_below_head(const BackwardBuffers& g) {
     const LayerOffsets& o = lo_[l];
     // The MLP's d act (N*F floats) lives only through the MLP backward; the mixer's backward scratch then
     // reuses its space. d gate|up overwrites the block's gate|up, which nothing reads after this backward.
+    // out = h + mlp(norm2(h)), or (sandwich) h + norm(mlp(norm2(h))): the MLP's d output is dx, or the norm's dx.
+    const float* d_mlp = dx;
+    if (cfg_.sandwich_norm) {
+      ops::rmsnorm_backward(a.mlp_out, params() + o.ln_mlp_out, a.rstd_mlp_out, dx, d_out, grads() + o.ln_mlp_out, N,
+                            D);
+      d_mlp = d_out;
+    }
     const auto mlp_mark = arena_.mark();
     float* da = arena_.floats(N * F, "d_mlp_act");
-    float* dgu = a.gu;
-    // out = h + down(swiglu(gate_up(norm2(h))))
-    // d act first; the SwiGLU backward then writes d gate|up over gate|up and the product silu(gate) * up
-    // over d act (in place: each element is read before it is overwritten), for the down_proj weight gradient.
-    if (bf16_step()) {
-      mlp_backward_bf16(l, dx, da, dn, dtmp);
-    } else {
-      ops::linear_backward(nullptr, params() + o.w_down, dx, da, nullptr, N, F, D);
-      ops::swiglu_backward(a.gu, da, dgu, N, F, da);
-      ops::linear_backward(da, params() + o.w_down, dx, nullptr, grads() + o.w_down, N, F, D);
-      // norm2(h) again into dtmp (free scratch here).
-      recompute_norm(a.h, o.ln2, a.rstd2, dtmp);
-      ops::linear_backward(dtmp, params() + o.w_gate_up, dgu, dn, grads() + o.w_gate_up, N, D, 2 * F);
-    }
+    if (bf16_step())
+      mlp_backward_bf16(l, d_mlp, da, dn, dtmp);
+    else
+      mlp_backward(l, d_mlp, da, dn, dtmp);
     arena_.release_to(mlp_mark);
     // dx += d norm2 input: dx is now d h.
     ops::rmsnorm_backward(a.h, params() + o.ln2, a.rstd2, dn, dx, grads() + o.ln2, N, D, /*accumulate_dx=*/true);
-    // h = x + mixer(norm1(x)); norm1(x) again into dtmp, as above.
+    // h = x + mixer(norm1(x)), or (sandwich) x + norm(mixer(norm1(x))); norm1(x) again into dtmp, as above.
+    const float* d_mixer = dx;
+    if (cfg_.sandwich_norm) {
+      ops::rmsnorm_backward(a.mixer_out, params() + o.ln_mixer_out, a.rstd_mixer_out, dx, d_out,
+                            grads() + o.ln_mixer_out, N, D);
+      d_mixer = d_out;
+    }
     recompute_norm(a.x, o.ln1, a.rstd1, dtmp);
-    mixers_[l]->backward(dtmp, dx, dn, s, arena_);
+    mixers_[l]->backward(dtmp, d_mixer, dn, s, arena_);
     check("grad mixer input", l, dn, N * D);
     ops::rmsnorm_backward(a.x, params() + o.ln1, a.rstd1, dn, dx, grads() + o.ln1, N, D, /*accumulate_dx=*/true);
     check("grad residual", l, dx, N * D);
     arena_.release_to(block_mark);
   }
-  ops::embedding_backward(inputs_, dx, grads() + off_embed_, N, D, cfg_.vocab_size);
+  ops::embedding_backward(inputs_, dx, grads() + off_embed_, N, D, cfg_.vocab_size, cfg_.embedding_scale());
 }
 
 DecodeState Model::new_decode_state(i64 B, i64 max_len) const {
@@ -403,7 +466,7 @@ void Model::prefill(const int32_t* tokens, i64 B, i64 T, DecodeState& st, float*
   float* rstd = infer_arena_.floats(N, "prefill rstd");
   float* gu = infer_arena_.floats(N * 2 * F, "prefill gate|up");
   float* a = infer_arena_.floats(N * F, "prefill act");
-  ops::embedding_forward(tokens, params() + off_embed_, x, N, D, V);
+  ops::embedding_forward(tokens, params() + off_embed_, x, N, D, V, cfg_.embedding_scale());
   for (i64 l = 0; l < cfg_.n_layers; ++l) {
     const LayerOffsets& o = lo_[l];
     ops::rmsnorm_forward(x, params() + o.ln1, n, rstd, N, D, eps);
@@ -411,10 +474,13 @@ void Model::prefill(const int32_t* tokens, i64 B, i64 T, DecodeState& st, float*
     if (T == 1) mixers_[l]->step(n, y, *st.layers[l], B);
     else mixers_[l]->prefill(n, y, B, T, *st.layers[l], infer_arena_);
     infer_arena_.release_to(mark);
+    // Sandwich norms in place (each row is read whole before it is written).
+    if (cfg_.sandwich_norm) ops::rmsnorm_forward(y, params() + o.ln_mixer_out, y, rstd, N, D, eps);
     ops::residual_rmsnorm_forward(x, y, params() + o.ln2, n, rstd, N, D, eps);
     ops::linear_forward(n, params() + o.w_gate_up, gu, N, D, 2 * F);
-    ops::swiglu_forward(gu, a, N, F);
+    gated_forward(cfg_.mlp_activation, gu, a, N, F);
     ops::linear_forward(a, params() + o.w_down, y, N, F, D);
+    if (cfg_.sandwich_norm) ops::rmsnorm_forward(y, params() + o.ln_mlp_out, y, rstd, N, D, eps);
     ops::add_into(x, y, N * D);
   }
   ops::rmsnorm_forward(x, params() + off_norm_, n, rstd, N, D, eps);

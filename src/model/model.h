@@ -1,6 +1,7 @@
 #pragma once
-// The decoder: embedding -> blocks (x += mixer(norm(x)); x += mlp(norm(x))) -> final norm -> LM head,
-// with cross-entropy fused into the head. One flat parameter buffer (core/params.h), one activation
+// The decoder: embedding -> blocks (x += mixer(norm(x)); x += mlp(norm(x)), or with sandwich_norm
+// x += norm(mixer(norm(x))); x += norm(mlp(norm(x)))) -> final norm -> LM head (its own matrix or the
+// embedding's), with cross-entropy fused into the head. One flat parameter buffer (core/params.h), one activation
 // arena sized from (B, T) up front, forward saves what backward needs.
 #include <cstdint>
 #include <memory>
@@ -116,7 +117,10 @@ class Model {
   float* block_forward(i64 l, float* x, float* out, const SeqInfo& s);
   // out = RMSNorm(x) with the weights at w_offset, as block_forward computed it (bitwise).
   void recompute_norm(const float* x, i64 w_offset, float* rstd, float* out);
-  void mlp_backward_bf16(i64 l, const float* dx, float* da, float* dn, float* dtmp);
+  // The MLP's backward from d output (dy) to d norm2(h) (into dn), its weight gradients accumulated; da is
+  // N*d_ff floats of scratch, dtmp N*d_model.
+  void mlp_backward(i64 l, const float* dy, float* da, float* dn, float* dtmp);
+  void mlp_backward_bf16(i64 l, const float* dy, float* da, float* dn, float* dtmp);
   void check(const char* what, i64 layer, const float* p, i64 n) const;
 
   ModelConfig cfg_;
@@ -125,6 +129,7 @@ class Model {
   std::vector<std::unique_ptr<Mixer>> mixers_;
   struct LayerOffsets {
     i64 ln1, ln2, w_gate_up, w_down;
+    i64 ln_mixer_out = -1, ln_mlp_out = -1;  // sandwich_norm: the norms of the mixer's and the MLP's outputs
   };
   std::vector<LayerOffsets> lo_;
   i64 off_embed_ = 0, off_norm_ = 0, off_head_ = 0;
@@ -139,6 +144,8 @@ class Model {
     float *x, *rstd1, *h, *rstd2;
     float* gu;                // the MLP's gate|up [N, 2F] (fp32 step)
     std::uint16_t* gu_bf16;   // the same, rounded to bf16 (bf16 step)
+    // sandwich_norm: the mixer's and the MLP's outputs [N, D] before their norms, and those norms' 1/rms.
+    float *mixer_out = nullptr, *rstd_mixer_out = nullptr, *mlp_out = nullptr, *rstd_mlp_out = nullptr;
   };
   std::vector<LayerActs> acts_;
   float* norm_buf_ = nullptr;  // [N, D]: the current RMSNorm output, shared by all blocks and then the final norm

@@ -17,15 +17,24 @@ void check_tokens(const char* op, const int32_t* tokens, i64 N, i64 D, i64 V) {
 }
 }  // namespace
 
-void embedding_forward(const int32_t* tokens, const float* table, float* out, i64 N, i64 D, i64 V) {
+void embedding_forward(const int32_t* tokens, const float* table, float* out, i64 N, i64 D, i64 V, float scale) {
   check_tokens("embedding_forward", tokens, N, D, V);
-  // out[N,D] = table[V,D][tokens]
+  // out[N,D] = table[V,D][tokens] * scale
   parallel_for(N, [&](i64 b, i64 e) {
-    for (i64 n = b; n < e; ++n) std::memcpy(out + n * D, table + tokens[n] * D, sizeof(float) * D);
+    for (i64 n = b; n < e; ++n) {
+      const float* src = table + tokens[n] * D;  // [D]
+      float* dst = out + n * D;                 // [D]
+      if (scale == 1.f) {
+        std::memcpy(dst, src, sizeof(float) * D);
+        continue;
+      }
+#pragma omp simd
+      for (i64 d = 0; d < D; ++d) dst[d] = src[d] * scale;
+    }
   }, 64);
 }
 
-void embedding_backward(const int32_t* tokens, const float* dout, float* dtable, i64 N, i64 D, i64 V) {
+void embedding_backward(const int32_t* tokens, const float* dout, float* dtable, i64 N, i64 D, i64 V, float scale) {
   check_tokens("embedding_backward", tokens, N, D, V);
   // Each thread owns a contiguous range of vocab rows and scans all tokens in order, so every dtable row
   // is summed in token order whatever the thread count (bit-identical results), with no atomics.
@@ -37,7 +46,7 @@ void embedding_backward(const int32_t* tokens, const float* dout, float* dtable,
       float* dst = dtable + v * D;       // [D]
       const float* src = dout + n * D;  // [D]
 #pragma omp simd
-      for (i64 d = 0; d < D; ++d) dst[d] += src[d];
+      for (i64 d = 0; d < D; ++d) dst[d] += src[d] * scale;  // scale 1: the plain sum (the product is exact)
     }
   }, 16);
 }

@@ -3,7 +3,8 @@
 
 namespace hlm::ops {
 
-// y[N,D] = x * rsqrt(mean(x^2) + eps) * w; saves rstd[N] for backward. w may be nullptr (weightless).
+// y[N,D] = x * rsqrt(mean(x^2) + eps) * w; saves rstd[N] for backward. w may be nullptr (weightless). y may be x
+// (in place: each row is read whole before it is written).
 void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, i64 N, i64 D, float eps);
 // A block's residual add and the norm after it in one pass: h += r, then rmsnorm_forward(h, w, y, rstd) (the same
 // bits as the two steps; y must not overlap h or r).

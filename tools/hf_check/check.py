@@ -24,8 +24,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
-from transformers import (AutoModelForCausalLM, AutoTokenizer, BambaConfig, Qwen3Config, Qwen3NextConfig,  # noqa: E402
-                          SmolLM3Config)
+from transformers import (AutoModelForCausalLM, AutoTokenizer, BambaConfig, Gemma3TextConfig, Qwen3Config,  # noqa: E402
+                          Qwen3NextConfig, SmolLM3Config)
 
 TOL = 1e-4  # max abs logit difference accepted (fp32 on both sides; observed ~1e-6)
 failures = []
@@ -69,6 +69,12 @@ TEXTS = ["Hello, world!", "  two  spaces\tand a tab\nnew line", "digits 12345678
          "def f(x):\n    return x ** 2  # comment\n"]
 
 # name, --set overrides, expected architecture (all trained with the byte tokenizer but the one marked SPM)
+# Gemma 3's block (docs/model.md "Gemma 3"): QK-norm, a RoPE base for S layers of their own, the query scale from
+# query_pre_attn_scalar (12, not head_dim 16), sandwich norms, GeGLU, embeddings scaled by sqrt(d_model).
+GEMMA_BLOCK = ["pattern=SSSF", "layer_types.F.qk_norm=true", "layer_types.S.qk_norm=true",
+               "layer_types.S.rope_theta=500.0", "layer_types.F.query_pre_attn_scalar=12",
+               "layer_types.S.query_pre_attn_scalar=12", "mlp_activation=geglu_tanh", "sandwich_norm=true",
+               "scale_embeddings=true"]
 EXPORT_CASES = [
     ("SSSF swa-nope (S RoPE, F NoPE)", ["pattern=SSSF", "layer_types.F.rope=false"], "SmolLM3ForCausalLM"),
     ("SSSF swa-nope, SentencePiece BPE 400 (SPM)", ["pattern=SSSF", "layer_types.F.rope=false"],
@@ -83,6 +89,8 @@ EXPORT_CASES = [
                                                 "norm_eps=1e-5"], "BambaForCausalLM"),
     ("GGGG Gated DeltaNet only (Qwen3Next)", ["pattern=GGGG", "layer_types.G.head_dim=16", "norm_eps=1e-5"],
      "Qwen3NextForCausalLM"),
+    ("SSSF Gemma 3 block, tied", GEMMA_BLOCK + ["tie_embeddings=true"], "Gemma3ForCausalLM"),
+    ("SSSF Gemma 3 block, untied, full RoPE 1e6", GEMMA_BLOCK + ["rope_theta=1000000.0"], "Gemma3ForCausalLM"),
 ]
 REFUSED_EXPORTS = [
     ("QK-norm + NoPE", ["pattern=SSSF", "layer_types.F.rope=false", "layer_types.F.qk_norm=true",
@@ -94,6 +102,8 @@ REFUSED_EXPORTS = [
     ("Gated DeltaNet hybrid", ["pattern=GGGF", "layer_types.G.head_dim=16"], "layer type G"),
     ("Gated DeltaNet only, norm_eps 1e-6", ["pattern=GGGG", "layer_types.G.head_dim=16"], "norm_eps"),
     ("Lightning hybrid", ["pattern=LLLF"], "layer type L"),
+    ("Gemma 3 block without QK-norm", [s for s in GEMMA_BLOCK if "qk_norm" not in s], "qk_norm is off"),
+    ("sandwich norms alone", ["pattern=SSSF", "sandwich_norm=true"], "has all three"),
 ]
 SMALL = ["d_model=64", "n_layers=4", "n_heads=4", "n_kv_heads=2", "head_dim=16", "d_ff=96", "vocab_size=512",
          "max_seq_len=64", "window=8", "rope_theta=10000.0"]
@@ -187,8 +197,33 @@ IMPORT_CASES = [
         layer_types=["linear_attention"] * 4, linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=16,
         linear_value_head_dim=16, num_experts=0, mlp_only_layers=[0, 1, 2, 3], rms_norm_eps=1e-5,
         tie_word_embeddings=False), torch.float32),
+    ("Gemma 3 sliding + full, tied, local/global RoPE", Gemma3TextConfig, dict(
+        layer_types=["sliding_attention"] * 3 + ["full_attention"], sliding_window=6, query_pre_attn_scalar=12,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 500.0}},
+        tie_word_embeddings=True), torch.float32),
+    ("Gemma 3 untied, saved as bf16", Gemma3TextConfig, dict(
+        layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=5, tie_word_embeddings=False),
+     torch.bfloat16),
 ]
-QWEN3NEXT_CASE = len(IMPORT_CASES) - 1
+QWEN3NEXT_CASE = len(IMPORT_CASES) - 3
+GEMMA3_CASE = len(IMPORT_CASES) - 2
+# Refusals name the key: edits of an imported folder (by case index), the edit, the text the message must hold.
+IMPORT_REFUSALS = [
+    ("rope_scaling", 0, {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
+     "rope_type"),
+    ("llama", 0, {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "model_type"),
+    ("unknown key", 0, {"some_new_option": 1}, "some_new_option"),
+    ("qwen3_next with a full-attention layer", QWEN3NEXT_CASE,
+     {"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types[3]"),
+    ("qwen3_next with experts", QWEN3NEXT_CASE, {"num_experts": 4, "mlp_only_layers": []}, "num_experts"),
+    ("gemma3 with final logit soft-capping", GEMMA3_CASE, {"final_logit_softcapping": 30.0},
+     "final_logit_softcapping"),
+    ("gemma3 with linear RoPE scaling on full layers", GEMMA3_CASE,
+     {"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+     "rope_parameters.full_attention.rope_type"),
+]
 
 
 def check_imports(hlm, work, ids):
@@ -208,15 +243,7 @@ def check_imports(hlm, work, ids):
             report(f"import {name}", diff < TOL, f"pattern {pattern}, T={len(ids)}, max |logit diff| {diff:.2e}")
         except Exception as e:  # noqa: BLE001
             report(f"import {name}", False, str(e))
-    # Refusals name the key: edits of the SmolLM3 folder (import0_hf) and of the Qwen3Next one.
-    for name, base, edit, key in [
-            ("rope_scaling", 0, {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
-             "rope_type"),
-            ("llama", 0, {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "model_type"),
-            ("unknown key", 0, {"some_new_option": 1}, "some_new_option"),
-            ("qwen3_next with a full-attention layer", QWEN3NEXT_CASE,
-             {"layer_types": ["linear_attention"] * 3 + ["full_attention"]}, "layer_types[3]"),
-            ("qwen3_next with experts", QWEN3NEXT_CASE, {"num_experts": 4, "mlp_only_layers": []}, "num_experts")]:
+    for name, base, edit, key in IMPORT_REFUSALS:
         hf = os.path.join(work, f"import_refused_{name.replace(' ', '_')}")
         shutil.copytree(os.path.join(work, f"import{base}_hf"), hf)
         c = json.load(open(os.path.join(hf, "config.json")))
@@ -292,7 +319,7 @@ def main():
     check_bpe_tokenizers(a.hybridlm, work)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
-    total = len(EXPORT_CASES) + len(REFUSED_EXPORTS) + 2 + len(IMPORT_CASES) + 5 + 3
+    total = len(EXPORT_CASES) + len(REFUSED_EXPORTS) + 2 + len(IMPORT_CASES) + len(IMPORT_REFUSALS) + 3
     print(f"hf_check: {total - len(failures)} passed, {len(failures)} failed")
     sys.exit(1 if failures else 0)
 

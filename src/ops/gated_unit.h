@@ -1,4 +1,6 @@
 #pragma once
+// The MLP's gated unit h = act(gate) * up, for two activations: SwiGLU (act = SiLU, the default MLP) and GeGLU with
+// the tanh-approximated GELU (Gemma's MLP, `mlp_activation: "geglu_tanh"`, docs/model.md).
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -20,5 +22,13 @@ void swiglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F,
 using bf16 = std::uint16_t;
 void swiglu_forward_bf16(const bf16* gu, bf16* h, i64 N, i64 F);
 void swiglu_backward_bf16(const bf16* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h = nullptr);
+
+// GeGLU: the same four with act = gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), transformers'
+// gelu_pytorch_tanh, computed as g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)) (the same function: 1 + tanh(u) is
+// 2 sigmoid(2u)). Same layouts, aliasing rules and bf16 rounding as the SwiGLU entries.
+void geglu_forward(const float* gu, float* h, i64 N, i64 F);
+void geglu_backward(const float* gu, const float* dh, float* dgu, i64 N, i64 F, float* h = nullptr);
+void geglu_forward_bf16(const bf16* gu, bf16* h, i64 N, i64 F);
+void geglu_backward_bf16(const bf16* gu, const float* dh, bf16* dgu, i64 N, i64 F, bf16* h = nullptr);
 
 }  // namespace hlm::ops
