@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/hf_tokenizer.h"
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
@@ -27,11 +28,10 @@ Command register_import(CLI::App& app) {
   return {sub, [o]() -> int {
             namespace fs = std::filesystem;
             const std::string cfg_path = (fs::path(o->hf_dir) / "config.json").string();
-            std::ifstream f(cfg_path);
-            if (!f) fail("{}: cannot open", cfg_path);
+            const std::string text = read_text_file(cfg_path, "Hugging Face config");
             nlohmann::json hf;
             try {
-              hf = nlohmann::json::parse(f);
+              hf = nlohmann::json::parse(text);
             } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
               fail("{}: malformed JSON: {}", cfg_path, e.what());
             }
