@@ -4,7 +4,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <sentencepiece_processor.h>
+
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -19,12 +22,14 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timer.h"
 #include "data/byte_level_bpe.h"
 #include "data/byte_tokenizer.h"
 #include "data/corpus.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "data/spm_tokenizer.h"
 #include "data/spm_trainer.h"
 #include "data/text_pipeline.h"
 #include "data/tokenizer.h"
@@ -187,6 +192,55 @@ TEST(SentencePiece, TrainOnGeneratedCorpusThenRoundTrip) {
   SpmTrainOptions huge = opt;
   huge.vocab_size = 100000;
   expect_error([&] { train_sentencepiece({"tiny text"}, dir / "x.model", huge); }, {"x.model", "100000"});
+}
+
+// Text over kEncodePieceBytes is encoded in pieces with exactly the tokens SentencePiece gives the whole text, so a
+// document of one long line no longer takes gigabytes; a model whose pieces span words encodes whole.
+TEST(SentencePiece, LongTextsEncodeInPiecesWithTheWholeTextsTokens) {
+  TempDir dir("spm_pieces");
+  std::vector<std::string> sentences;
+  const std::string corpus = generated_text(1, 300000);
+  for (size_t b = 0; b < corpus.size(); b += 1500) sentences.push_back(corpus.substr(b, 1500));
+  SpmTrainOptions opt;
+  opt.vocab_size = 400;
+  train_sentencepiece(sentences, dir / "m.model", opt);
+  const SentencePieceTokenizer tok(dir / "m.model");
+  EXPECT_TRUE(tok.encodes_in_pieces());
+  std::string one_line = generated_text(8, 700'000);
+  std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+  const std::string text = generated_text(7, 900'000) + one_line + "  double  spaces\n" + generated_text(9, 300'000);
+  ASSERT_GT(text.size(), 4 * SentencePieceTokenizer::kEncodePieceBytes);
+  sentencepiece::SentencePieceProcessor sp;
+  ASSERT_TRUE(sp.Load(dir / "m.model").ok());
+  std::vector<int> whole;
+  ASSERT_TRUE(sp.Encode(text, &whole).ok());
+  const std::vector<std::int32_t> pieces = tok.encode(text);
+  EXPECT_EQ(pieces, std::vector<std::int32_t>(whole.begin(), whole.end()));
+  EXPECT_EQ(tok.decode(pieces), text);
+
+  opt.split_by_whitespace = false;  // pieces like " magic number for" may span words: encoded whole
+  train_sentencepiece(sentences, dir / "spans.model", opt);
+  EXPECT_FALSE(SentencePieceTokenizer(dir / "spans.model").encodes_in_pieces());
+}
+
+// The tokenizer's sample of a document of one 16 MB line is cut into the trainer's sentences in linear time (a
+// newline search back to the start of the text made it quadratic: minutes for tens of MB).
+TEST(SentencePiece, OneLongLineIsSampledInLinearTime) {
+  TempDir dir("spm_long_line");
+  std::string line = generated_text(3, 16'000'000);
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  write_file(dir / "one.txt", line);
+  const Corpus corpus = open_corpus(dir / "one.txt");
+  Timer timer;
+  const std::vector<std::string> sentences = sample_sentences(corpus, nullptr, 16'000'000, 0);
+  EXPECT_LT(timer.seconds(), 5.0);
+  std::string joined;
+  for (const auto& s : sentences) {
+    EXPECT_LE(s.size(), 2048u);
+    joined += s;
+  }
+  EXPECT_EQ(joined, line.substr(0, joined.size()));
+  EXPECT_GT(joined.size(), 15'000'000u);
 }
 
 // ---------------------------------------------------------------------------------------------- corpus
@@ -847,6 +901,66 @@ TEST(DatasetCli, InterruptedBuildRemovesItsTemporaryFolder) {
   EXPECT_NE(slurp(dir / "stderr.txt").find("data: interrupted; removing the partial build " + cache + "/"),
             std::string::npos)
       << slurp(dir / "stderr.txt");
+}
+
+// Ctrl-C in each phase of a build (reading the tokenizer's sample, training the tokenizer, which runs in a child
+// process, tokenising) ends the command within seconds and leaves no partial dataset, whether the signal has its
+// default action (the command dies of SIGINT) or the process goes on after it (ignored, as in a script's
+// background job: the build stops at its next check and the command exits 130). The signal is sent when the
+// phase's progress line appears. ~10 s.
+TEST(DatasetCli, CtrlCEndsEveryPhaseOfABuildPromptly) {
+  TempDir dir("interrupt_phases");
+  for (int i = 0; i < 8; ++i) write_file(dir / ("src/d" + std::to_string(i) + ".txt"), generated_text(i, 600'000));
+  write_file(dir / "small/a.txt", generated_text(50, 60'000));
+  const std::string tok = dir / "tok.model";
+  ASSERT_EQ(std::system((std::string(HLM_BINARY) + " tokenizer train --data " + dir / "small" + " --out " + tok +
+                         " --vocab-size 400 2>/dev/null").c_str()),
+            0);
+  struct Phase {
+    const char* name;
+    std::string tokenizer, line;
+  };
+  const std::vector<Phase> phases = {{"reading", "bpe:2000", "data: building"},
+                                     {"tokenizer training", "bpe:2000", "data: training a SentencePiece"},
+                                     {"tokenising", tok, "data: tokenising"}};
+  int case_no = 0;
+  for (bool ignored : {false, true})
+    for (const Phase& ph : phases) {
+      SCOPED_TRACE(std::string(ph.name) + (ignored ? ", SIGINT ignored" : ", default action"));
+      const std::string cache = dir / ("cache" + std::to_string(case_no)), err = dir / ("stderr" + std::to_string(case_no) + ".txt");
+      ++case_no;
+      const std::string cmd = std::string(ignored ? "trap '' INT; " : "") + "HLM_DATA_CACHE=" + cache + " exec " +
+                              HLM_BINARY + " train --preset swa128-nope --set d_model=32 --set n_layers=2 "
+                              "--set n_heads=2 --set n_kv_heads=2 --set head_dim=16 --set d_ff=64 --set max_seq_len=64 "
+                              "--set window=8 --threads 1 --steps 1 --seq-len 32 --batch 2 --tokenizer " + ph.tokenizer +
+                              " --data " + dir / "src" + " --out " + dir / "run" + " 2>" + err;
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      bool seen = false;
+      for (int i = 0; i < 30000 && !(seen = slurp(err).find(ph.line) != std::string::npos); ++i) usleep(2000);
+      ::kill(pid, SIGINT);
+      const auto sent = std::chrono::steady_clock::now();
+      int st = 0;
+      ::waitpid(pid, &st, 0);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+      ASSERT_TRUE(seen) << "the phase's line never appeared: " << slurp(err);
+      EXPECT_LT(seconds, 5.0) << slurp(err);
+      if (ignored) {
+        ASSERT_TRUE(WIFEXITED(st)) << slurp(err);
+        EXPECT_EQ(WEXITSTATUS(st), 130) << slurp(err);
+        EXPECT_NE(slurp(err).find("interrupted: data: the build stopped while"), std::string::npos) << slurp(err);
+      } else {
+        ASSERT_TRUE(WIFSIGNALED(st)) << "exit " << (WIFEXITED(st) ? WEXITSTATUS(st) : -1) << ": " << slurp(err);
+        EXPECT_EQ(WTERMSIG(st), SIGINT);
+      }
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(cache, ec)) ADD_FAILURE() << "left behind: " << e.path();
+      EXPECT_FALSE(fs::exists(dir / "run/run.json"));
+    }
 }
 #endif
 

@@ -22,6 +22,7 @@
 #include "core/safetensors.h"
 #include "model/config.h"
 #include "model/memory_estimate.h"
+#include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/run_folder.h"
 #include "train/run_lock.h"
@@ -150,6 +151,36 @@ TEST(Reliability, MemoryEstimateCountsWeightsOptimizerAndActivations) {
   EXPECT_GT(hlm::estimate_memory(huge, hlm::MemoryUse{}).total(), 100e9);
 }
 
+// load_model refuses a config.json that asks for more parameters than model.safetensors holds, by the estimate's
+// weights: they must be the model's exactly, or a checkpoint that fits would be refused.
+TEST(Reliability, MemoryEstimateWeightsAreTheModelsParameters) {
+  for (const std::string& preset : hlm::preset_names()) {
+    SCOPED_TRACE(preset);
+    const hlm::ModelConfig cfg = hlm::resolve_config(preset, "", {"n_layers=5", "d_model=64", "d_ff=96", "vocab_size=300"});
+    const hlm::Model model(cfg);
+    EXPECT_EQ(hlm::estimate_memory(cfg, hlm::MemoryUse{}).weights, 4.0 * static_cast<double>(model.num_params()));
+  }
+}
+
+// Config fields have upper bounds far past any published model: a typo is refused naming the field and the bound
+// before any estimate or allocation.
+TEST(Reliability, ConfigFieldsHaveUpperBounds) {
+  struct Case {
+    std::string set, field;
+  };
+  for (const Case& c : std::vector<Case>{{"n_layers=4097", "n_layers"}, {"d_model=131073", "d_model"},
+                                        {"n_heads=16385", "n_heads"}, {"d_ff=1048577", "d_ff"},
+                                        {"vocab_size=16777217", "vocab_size"}, {"head_dim=16385", "head_dim"},
+                                        {"mamba_expand=65", "mamba_expand"}, {"layer_types.F.n_heads=16385", "n_heads"}}) {
+    SCOPED_TRACE(c.set);
+    const std::string err = error_of([&] { hlm::resolve_config("full", "", {c.set}); });
+    EXPECT_NE(err.find("field '" + c.field + "' must be <="), std::string::npos) << err;
+  }
+  EXPECT_NO_THROW(hlm::resolve_config("full", "", {"n_layers=4096", "d_model=131072", "vocab_size=16777216"}));
+  EXPECT_NE(error_of([] { hlm::resolve_config("", "", {"pattern=" + std::string(5000, 'F')}); }).find("5000 letters"),
+            std::string::npos);
+}
+
 // Every flag is range-checked when it is parsed: the error names the flag; nothing runs.
 TEST(Reliability, BadFlagValuesAreRefusedNamingTheFlag) {
   const std::string t = "train " + hlm::testing::tiny_model_flags() + hlm::testing::tiny_corpus_flags();
@@ -177,6 +208,17 @@ TEST(Reliability, BadFlagValuesAreRefusedNamingTheFlag) {
       {"bench --preset full --warmup -1", "--warmup"},
       {"eval ppl --ckpt " + run.string() + " --tokens-per-batch 0", "--tokens-per-batch"},
       {"eval ppl --ckpt " + run.string() + " --max-tokens 0", "--max-tokens"},
+      {"eval ppl --ckpt " + run.string() + " --seq-len 0", "--seq-len"},
+      {"eval ppl --ckpt " + run.string() + " --seq-len 1", "--seq-len"},
+      {"eval ppl --ckpt " + run.string() + " --buckets 0", "--buckets"},
+      {"eval longppl --ckpt " + run.string() + " --docs 0", "--docs"},
+      {"eval longppl --ckpt " + run.string() + " --trunc-len 0", "--trunc-len"},
+      {"eval ruler --ckpt " + run.string() + " --samples 0", "--samples"},
+      {"probe receptive-field --ckpt " + run.string() + " --span 4 --seq-len 0", "--seq-len"},
+      {"probe receptive-field --ckpt " + run.string() + " --span 4 --lengths 64,0", "--lengths"},
+      {"probe receptive-field --ckpt " + run.string() + " --span 0", "--span"},
+      {"probe retrieval-heads --ckpt " + run.string() + " --lengths 1", "--lengths"},
+      {"probe retrieval-heads --ckpt " + run.string() + " --samples 0", "--samples"},
       {"eval niah --ckpt " + run.string() + " --depths 0,nan", "--depths"},
       {"eval niah --ckpt " + run.string() + " --depths 1.5", "--depths"},
       {"eval niah --ckpt " + run.string() + " --samples 0", "--samples"},
@@ -206,15 +248,21 @@ TEST(Reliability, BadInputsAreRefusedBeforeWork) {
     std::string args, needle;
   };
   const std::vector<Case> cases = {
-      {t + "--set n_layers=100000", "needs an estimated"},
-      // d_model 4M: ~110G parameters, over 1.7 TB with AdamW, more than any machine (d_model 65536, ~40 GB, fitted
-      // the 128 GB of a test machine, which then started training it).
-      {"train --preset swa128-nope --set d_model=4194304 " + hlm::testing::tiny_corpus_flags(), "needs an estimated"},
+      // Past the config's bounds: refused naming the field and its bound, before any estimate.
+      {t + "--set n_layers=100000", "field 'n_layers' must be <= 4096"},
+      {"train --preset swa128-nope --set d_model=4194304 " + hlm::testing::tiny_corpus_flags(), "'d_model' must be <="},
+      // Within the bounds, over any machine: 4096 layers of d_model 65536, ~200G parameters (d_model 65536 alone,
+      // ~40 GB, fitted the 128 GB of a test machine, which then started training it).
+      {"train --preset swa128-nope --set n_layers=4096 --set d_model=65536 " + hlm::testing::tiny_corpus_flags(),
+       "needs an estimated"},
       {t + "--max-memory 0.001", "over --max-memory"},
       {"bench --preset full --batch 1000000 --seq-len 100000", "needs an estimated"},
       {"train --config " + d.string() + " " + hlm::testing::tiny_corpus_flags(), "is a directory"},
       {"train --config " + (d / "fifo").string() + " " + hlm::testing::tiny_corpus_flags(), "a FIFO"},
-      {"train --preset full --set n_heads=1000000 " + hlm::testing::tiny_corpus_flags(), "needs an estimated"},
+      {"train --preset full --set n_heads=1000000 " + hlm::testing::tiny_corpus_flags(), "'n_heads' must be <="},
+      {"train --preset full --set n_heads=16384 --set n_kv_heads=16384 --set head_dim=4096 " +
+           hlm::testing::tiny_corpus_flags(),
+       "needs an estimated"},
       {"train --set d_model=64 --set n_heads=128 --set n_kv_heads=128 " + hlm::testing::tiny_corpus_flags(),
        "head_dim"},
   };
@@ -355,4 +403,65 @@ TEST(Reliability, RunFoldersAreOwnedAndCheckpointsSurviveAFullDisk) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(hlm::testing::slurp(out / "latest"), "step_00000001\n");
   EXPECT_FALSE(fs::exists(out / "checkpoints" / "step_00000002"));
+}
+
+// The careless inputs of issue 56, class by class: each is refused before work with a message that names the flag,
+// field or file and what would be accepted. ~3 s.
+TEST(Reliability, CarelessInputsAreRefusedUpFront) {
+  const fs::path out = cli_tmp_root() / "rel_careless";
+  fs::remove_all(out);
+  // S then F: the full-attention layer's KV cache grows with the context.
+  CliResult r = run_cli(train_flags(out) + "--set pattern=SF --steps 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string ck = "--ckpt " + out.string() + " --threads 1 ";
+
+  // Lengths: too short for the needle (the shortest is named), beyond the corpus haystack, beyond memory.
+  r = run_cli("eval niah " + ck + "--lengths 10");
+  expect_cli_error(r, "--lengths: length 10 is too short for the NIAH needle");
+  EXPECT_NE(r.err.find("give lengths >= "), std::string::npos) << r.err;
+  expect_cli_error(run_cli("eval niah " + ck + "--lengths 100000000"), "--lengths: length 100000000 is beyond the corpus haystack");
+  expect_cli_error(run_cli("eval niah " + ck + "--lengths 1073741824 --haystack noise"), "--lengths 1073741824");
+  expect_cli_error(run_cli("probe retrieval-heads " + ck + "--lengths 12"), "--lengths: length 12 is too short");
+  expect_cli_error(run_cli("eval ppl " + ck + "--lengths 64,1000000"), "--lengths 1000000: only");
+
+  // train --mix-niah with rows too short for the needle: refused naming the flags and the shortest --seq-len, before
+  // the data is prepared (a corpus no build has seen leaves nothing in the cache).
+  const fs::path fresh = cli_tmp_root() / "rel_niah_rows_corpus";
+  fs::create_directories(fresh);
+  { std::ofstream(fresh / "a.txt") << "one two three\n"; std::ofstream(fresh / "b.txt") << "four five six\n"; }
+  const fs::path niah_run = cli_tmp_root() / "rel_niah_rows";
+  r = run_cli("train " + hlm::testing::tiny_model_flags() + "--data " + fresh.string() +
+              " --tokenizer byte --seq-len 32 --batch 2 --steps 1 --mix-niah 0.5 --quiet --out " + niah_run.string());
+  expect_cli_error(r, "--mix-niah: rows of --seq-len 32");
+  EXPECT_NE(r.err.find("--niah-digits 7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("give --seq-len >= "), std::string::npos) << r.err;
+  for (const auto& e : fs::directory_iterator(cli_tmp_root() / "cache"))
+    EXPECT_EQ(e.path().filename().string().rfind("rel_niah_rows_corpus", 0), std::string::npos) << e.path();
+  EXPECT_FALSE(fs::exists(niah_run / "run.json"));
+
+  // A checkpoint folder without run.json: eval and probe name --data and --tokenizer instead of building the
+  // default corpus; given both, it evaluates.
+  const fs::path bare = cli_tmp_root() / "rel_bare_ckpt";
+  fs::remove_all(bare);
+  fs::copy(out / "checkpoints" / "step_00000001", bare, fs::copy_options::recursive);
+  r = run_cli("eval ppl --ckpt " + bare.string() + " --threads 1");
+  expect_cli_error(r, "give --data");
+  EXPECT_NE(r.err.find("--tokenizer"), std::string::npos) << r.err;
+  expect_cli_error(run_cli("probe receptive-field --ckpt " + bare.string() + " --span 4"), "give --data");
+  EXPECT_FALSE(fs::exists(cli_tmp_root() / "cache" / "default"));
+  r = run_cli("eval ppl --ckpt " + bare.string() + " --threads 1 --json --max-tokens 50 " +
+              hlm::testing::tiny_corpus_flags());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("tokens").get<double>(), 50.0) << r.out;
+
+  // A config.json that asks for more than its weights hold is refused before a model of that size is built.
+  nlohmann::json cfg = nlohmann::json::parse(hlm::testing::slurp(bare / "config.json"));
+  cfg["n_layers"] = 4000;
+  hlm::write_file_atomic((bare / "config.json").string(), cfg.dump());
+  expect_cli_error(run_cli("eval ppl --ckpt " + bare.string() + " --threads 1 " + hlm::testing::tiny_corpus_flags()),
+                   "the config does not belong to these weights");
+
+  // Every reader of a file the user names says what it is when it is not a regular file.
+  expect_cli_error(run_cli("sweep " + cli_tmp_root().string()), "is a directory");
+  expect_cli_error(run_cli("eval ruler " + ck + "--qa-file " + cli_tmp_root().string()), "is a directory");
 }

@@ -108,7 +108,9 @@ double peak_rss_mb() {
 
 }  // namespace hlm::cli
 
+#include "data/niah_task.h"
 #include "train/checkpoint.h"
+#include "train/niah_mix.h"
 
 namespace hlm::cli {
 
@@ -116,6 +118,16 @@ LoadedModel load_model(const std::string& path, double max_memory_gib) {
   LoadedModel m;
   m.ckpt_dir = resolve_checkpoint(path);
   const ModelConfig cfg = load_checkpoint_config(m.ckpt_dir);
+  // A config that asks for more parameters than the weights file holds (fp32, 4 bytes each) cannot load: say
+  // so before allocating a model of that size.
+  const std::string weights = (std::filesystem::path(m.ckpt_dir) / "model.safetensors").string();
+  std::error_code ec;
+  const auto file_bytes = std::filesystem::file_size(weights, ec);
+  const double need = estimate_memory(cfg, MemoryUse{}).weights;
+  if (!ec && static_cast<double>(file_bytes) < need)
+    fail("{}/config.json describes {:.0f} parameters ({} layers, d_model {}), {} of fp32 weights, but {} holds only "
+         "{} bytes: the config does not belong to these weights",
+         m.ckpt_dir, need / 4, cfg.n_layers, cfg.d_model, format_bytes(need), weights, file_bytes);
   check_memory("loading " + m.ckpt_dir, cfg, MemoryUse{}, max_memory_gib);
   m.model = std::make_unique<Model>(cfg);
   load_model_params(m.ckpt_dir, *m.model);
@@ -129,6 +141,66 @@ std::unique_ptr<data::Tokenizer> tokenizer_for(const LoadedModel& lm, const std:
     fail("tokenizer {} has {} tokens but the model in {} has vocab_size {}; use the run's tokenizer", spec,
          tok->vocab_size(), lm.ckpt_dir, lm.model->config().vocab_size);
   return tok;
+}
+
+void add_run_data_flags(CLI::App* app, std::string* data, std::string* tokenizer) {
+  app->add_option("--data", *data, "dataset: a text file, a folder or a prepared dataset (default: the run's)");
+  app->add_option("--tokenizer", *tokenizer,
+                  "tokenizer the model was trained with: byte, a .model or tokenizer.json file (default: the run's)");
+}
+
+RunDataSpec run_data_spec(const LoadedModel& lm, const std::string& data_flag, const std::string& tokenizer_flag) {
+  RunDataSpec s;
+  s.tokenizer = tokenizer_flag.empty() ? lm.run.value("tokenizer", std::string()) : tokenizer_flag;
+  // A run that records its tokenizer but no data (an imported model) is evaluated on the default corpus.
+  s.data = !data_flag.empty() ? data_flag : lm.run.value("data", std::string(s.tokenizer.empty() ? "" : "default"));
+  std::error_code ec;
+  const bool prepared = !s.data.empty() && std::filesystem::is_regular_file(std::filesystem::path(s.data) / "meta.json", ec);
+  if (s.data.empty() || (s.tokenizer.empty() && !prepared))
+    fail("{}: no run.json records the data and tokenizer this model was trained with; give --data (a text file, a "
+         "folder or a prepared dataset) and --tokenizer (byte, or the run's .model or tokenizer.json file)",
+         lm.ckpt_dir);
+  return s;
+}
+
+MemoryUse generation_memory(i64 context, i64 prefill_chunk) {
+  MemoryUse mem;
+  mem.batch = 1;
+  mem.seq_len = prefill_chunk > 0 ? std::min(prefill_chunk, context) : context;
+  mem.decode_rows = 1;
+  mem.decode_context = context;
+  mem.extra_bytes = 12.0 * static_cast<double>(context);  // the prompt and the haystack it is cut from, as ids
+  return mem;
+}
+
+void check_generation_lengths(const std::string& flag, const std::vector<i64>& lengths, const ModelConfig& cfg,
+                              double max_memory_gib) {
+  for (i64 L : lengths)
+    check_memory(fmt::format("{} {} (generating after a prompt of that length)", flag, L), cfg, generation_memory(L),
+                 max_memory_gib);
+}
+
+void check_niah_lengths(const std::string& flag, const std::vector<i64>& lengths, const ModelConfig& cfg,
+                        const data::Tokenizer& tok, int digits, const Haystack& hay, double max_memory_gib) {
+  const i64 shortest = niah_min_length(tok, digits);
+  for (i64 L : lengths) {
+    if (L < shortest)
+      fail("{}: length {} is too short for the NIAH needle and question, which need {} tokens with tokenizer {} and "
+           "--niah-digits {}; give lengths >= {}",
+           flag, L, shortest, tok.spec(), digits, shortest);
+    if (hay.source_tokens() > 0 && L > hay.source_tokens())
+      fail("{}: length {} is beyond the corpus haystack, whose validation split holds {} tokens; give lengths <= {} "
+           "or --haystack noise",
+           flag, L, hay.source_tokens(), hay.source_tokens());
+  }
+  check_generation_lengths(flag, lengths, cfg, max_memory_gib);
+}
+
+void check_niah_rows_before_data(double mix_niah, i64 seq_len, int digits, const std::string& tokenizer_spec) {
+  if (mix_niah <= 0 || tokenizer_spec.empty() || tokenizer_spec.rfind("bpe", 0) == 0) return;
+  std::error_code ec;
+  if (tokenizer_spec != "byte" && !std::filesystem::is_regular_file(tokenizer_spec, ec)) return;  // refused later
+  NiahMixStream::check_row_length(seq_len, digits, *data::load_tokenizer(tokenizer_spec));
 }
 
 }  // namespace hlm::cli

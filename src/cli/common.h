@@ -55,6 +55,7 @@ double peak_rss_mb();
 
 #include <memory>
 
+#include "data/haystack.h"
 #include "data/tokenizer.h"
 #include "model/model.h"
 
@@ -66,8 +67,34 @@ struct LoadedModel {
   std::string ckpt_dir;
   nlohmann::json run;  // run.json of the run folder ({} when absent)
 };
-// The checkpoint's weights must fit in memory (check_memory) and be finite (load_model_params).
+// The checkpoint's config must describe its weights (model.safetensors holds at least the config's parameters) and
+// fit in memory (check_memory), both before the model is built, and the weights must be finite
+// (load_model_params).
 LoadedModel load_model(const std::string& run_or_ckpt, double max_memory_gib = 0);
+
+// --data and --tokenizer of the commands that read a run's data (eval, probe): default the run's.
+void add_run_data_flags(CLI::App* app, std::string* data, std::string* tokenizer);
+struct RunDataSpec {
+  std::string data, tokenizer;  // as prepare_dataset takes them
+};
+// The flags, else run.json's. Without run.json (a bare checkpoint folder) nothing says which data and tokenizer
+// the model was trained with: refused naming --data and --tokenizer, instead of building the default corpus.
+RunDataSpec run_data_spec(const LoadedModel& lm, const std::string& data_flag, const std::string& tokenizer_flag);
+
+// What generating after a prompt of `context` tokens allocates: the decode caches of the whole context and
+// the activations of one prefill piece (infer/generator.h).
+MemoryUse generation_memory(i64 context, i64 prefill_chunk = 1024);
+// Prompt lengths given by `flag` that a command generates after (NIAH, RULER, probes): each one's generation
+// must fit in memory (check_memory, naming the flag and the length).
+void check_generation_lengths(const std::string& flag, const std::vector<i64>& lengths, const ModelConfig& cfg,
+                              double max_memory_gib = 0);
+// NIAH prompt lengths given by `flag`: each must hold the needle and question with this tokenizer and digits
+// (the shortest length is named), stay within a corpus haystack's tokens, and fit in memory.
+void check_niah_lengths(const std::string& flag, const std::vector<i64>& lengths, const ModelConfig& cfg,
+                        const data::Tokenizer& tok, int digits, const Haystack& hay, double max_memory_gib = 0);
+// train --mix-niah before the data is prepared, where the tokenizer is known without a build ("byte" or a
+// tokenizer file; a bpe:N tokenizer is checked once trained): the rows must hold the needle.
+void check_niah_rows_before_data(double mix_niah, i64 seq_len, int digits, const std::string& tokenizer_spec);
 
 // Loads the tokenizer `spec` for a loaded model, refused (naming both) when its ids would not fit the model's
 // vocabulary, e.g. a BPE tokenizer on a byte-level model.

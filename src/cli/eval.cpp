@@ -21,7 +21,7 @@ namespace hlm::cli {
 namespace {
 
 struct PplOpts {
-  std::string ckpt, data, plot;
+  std::string ckpt, data, tokenizer, plot;
   std::vector<std::string> lengths;
   i64 seq_len = 0, tokens_per_batch = 8192, max_tokens = 262144;
   int buckets = 8;
@@ -47,11 +47,10 @@ int run_ppl(const PplOpts& o) {
   apply_threads(o.threads);
   LoadedModel lm = load_model(o.ckpt, o.max_memory);
   Model& model = *lm.model;
-  std::string data_spec = o.data.empty() ? lm.run.value("data", std::string("default")) : o.data;
-  std::string tok = lm.run.value("tokenizer", std::string());
+  const RunDataSpec spec = run_data_spec(lm, o.data, o.tokenizer);
   data::PrepareOptions popt;
   popt.quiet = o.json;
-  data::Dataset ds = data::prepare_dataset(data_spec, tok, "", popt);
+  data::Dataset ds = data::prepare_dataset(spec.data, spec.tokenizer, "", popt);
   if (ds.vocab_size > model.config().vocab_size)
     fail("{}: tokenizer vocab {} is larger than the model's vocab_size {}", ds.dir, ds.vocab_size,
          model.config().vocab_size);
@@ -68,13 +67,15 @@ int run_ppl(const PplOpts& o) {
                  o.max_memory);
   }
   auto shard = std::make_shared<data::TokenShard>(ds.val_path);
+  for (i64 L : lens)  // every length is checked before the first is scored
+    if (L > shard->n_tokens() - 1)
+      fail("{} {}: only {} validation tokens in {}, fewer than a row of that length needs", o.lengths.empty() ? "--seq-len" : "--lengths",
+           L, shard->n_tokens(), ds.val_path);
   nlohmann::json by_len = nlohmann::json::array();
   LinePlot plot{"loss by position", "position in the sequence", "mean loss (nats)", false, false, {}};
   Timer timer;
   double first_loss = 0, first_tokens = 0;
   for (i64 L : lens) {
-    if (L < 2) fail("--lengths: {} is too short", L);
-    if (L > shard->n_tokens() - 1) fail("{}: only {} validation tokens, fewer than length {}", ds.val_path, shard->n_tokens(), L);
     PositionLoss pl = loss_by_position(model, shard, L, o.buckets, o.tokens_per_batch, o.max_tokens, !o.json);
     const int nb = static_cast<int>(pl.bucket_loss.size());
     const double sum = pl.loss * static_cast<double>(pl.tokens);
@@ -108,12 +109,13 @@ int run_ppl(const PplOpts& o) {
 }
 
 struct NiahOpts {
-  std::string ckpt, data, plot, haystack = "corpus";
+  std::string ckpt, data, tokenizer, plot, haystack = "corpus";
   std::vector<std::string> lengths;
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   int samples = 4, threads = 0, digits = 0;
   std::uint64_t seed = 42;
   bool json = false;
+  double max_memory = 0;
 };
 
 // The tokenizer and validation shard of a run (or of --data).
@@ -124,12 +126,13 @@ struct RunData {
   i64 train_len = 256;
 };
 
-RunData open_run_data(const LoadedModel& lm, const std::string& data_override, bool quiet) {
+RunData open_run_data(const LoadedModel& lm, const std::string& data_flag, const std::string& tokenizer_flag,
+                      bool quiet) {
   RunData r;
-  std::string data_spec = data_override.empty() ? lm.run.value("data", std::string("default")) : data_override;
+  const RunDataSpec spec = run_data_spec(lm, data_flag, tokenizer_flag);
   data::PrepareOptions popt;
   popt.quiet = quiet;
-  r.ds = data::prepare_dataset(data_spec, lm.run.value("tokenizer", std::string()), "", popt);
+  r.ds = data::prepare_dataset(spec.data, spec.tokenizer, "", popt);
   r.tok = tokenizer_for(lm, r.ds.tokenizer_spec);
   r.val = std::make_shared<data::TokenShard>(r.ds.val_path);
   r.train_len = lm.run.contains("train") ? lm.run["train"].value("seq_len", i64{256}) : 256;
@@ -139,7 +142,7 @@ RunData open_run_data(const LoadedModel& lm, const std::string& data_override, b
 int run_niah(const NiahOpts& o) {
   apply_threads(o.threads);
   LoadedModel lm = load_model(o.ckpt);
-  RunData rd = open_run_data(lm, o.data, o.json);
+  RunData rd = open_run_data(lm, o.data, o.tokenizer, o.json);
   std::unique_ptr<Haystack> hay;
   if (o.haystack == "noise") hay = std::make_unique<Haystack>(*rd.tok);
   else if (o.haystack == "corpus") hay = std::make_unique<Haystack>(rd.val, *rd.tok);
@@ -152,6 +155,8 @@ int run_niah(const NiahOpts& o) {
     if (d < 0 || d > 1) fail("--depths: {} is outside [0, 1]", d);
   c.samples = o.samples;
   c.value_digits = niah_digits(o.digits, lm.run);
+  check_niah_lengths(o.lengths.empty() ? "--lengths (default: the run's training length)" : "--lengths", c.lengths,
+                     lm.model->config(), *rd.tok, c.value_digits, *hay, o.max_memory);
   c.seed = o.seed;
   c.progress = !o.json;
   nlohmann::json r = run_niah_grid(*lm.model, *rd.tok, *hay, c);
@@ -184,11 +189,12 @@ int run_niah(const NiahOpts& o) {
 }
 
 struct RulerOpts {
-  std::string ckpt, data, plot, qa_file;
+  std::string ckpt, data, tokenizer, plot, qa_file;
   std::vector<std::string> lengths, tasks;
   int samples = 8, threads = 0;
   std::uint64_t seed = 42;
   bool json = false, skip_too_short = false;
+  double max_memory = 0;
 };
 
 // A series of the non-null points of `v` (a RULER cell too short for its task is null).
@@ -202,7 +208,7 @@ Series ruler_series(const std::string& label, const std::vector<i64>& lengths, c
 int run_ruler_cmd(const RulerOpts& o) {
   apply_threads(o.threads);
   LoadedModel lm = load_model(o.ckpt);
-  RunData rd = open_run_data(lm, o.data, o.json);
+  RunData rd = open_run_data(lm, o.data, o.tokenizer, o.json);
   Haystack noise(*rd.tok), corpus(rd.val, *rd.tok);
   std::vector<QaItem> qa;
   if (!o.qa_file.empty()) qa = load_qa_file(o.qa_file);
@@ -211,6 +217,8 @@ int run_ruler_cmd(const RulerOpts& o) {
   if (o.tasks.empty() && !qa.empty()) c.tasks.push_back("qa");
   for (auto& s : o.lengths) c.lengths.push_back(parse_length(s, rd.train_len));
   if (c.lengths.empty()) c.lengths.push_back(rd.train_len);
+  check_generation_lengths(o.lengths.empty() ? "--lengths (default: the run's training length)" : "--lengths",
+                           c.lengths, lm.model->config(), o.max_memory);
   c.samples = o.samples;
   c.seed = o.seed;
   c.progress = !o.json;
@@ -244,7 +252,7 @@ int run_ruler_cmd(const RulerOpts& o) {
 }
 
 struct LongPplOpts {
-  std::string ckpt, evaluator, data, plot;
+  std::string ckpt, evaluator, data, tokenizer, plot;
   i64 doc_len = 1024;
   int docs = 8, threads = 0;
   LongPplConfig c;
@@ -254,7 +262,7 @@ struct LongPplOpts {
 int run_longppl_cmd(const LongPplOpts& o) {
   apply_threads(o.threads);
   LoadedModel lm = load_model(o.ckpt);
-  RunData rd = open_run_data(lm, o.data, o.json);
+  RunData rd = open_run_data(lm, o.data, o.tokenizer, o.json);
   LoadedModel ev;
   if (!o.evaluator.empty()) {
     ev = load_model(o.evaluator);
@@ -303,9 +311,9 @@ Command register_eval(CLI::App& app) {
   auto ppl = std::make_shared<PplOpts>();
   auto* p = sub->add_subcommand("ppl", "validation loss and perplexity");
   p->add_option("--ckpt", ppl->ckpt, "run folder or checkpoint folder")->required();
-  p->add_option("--data", ppl->data, "dataset (default: the run's)");
+  add_run_data_flags(p, &ppl->data, &ppl->tokenizer);
   p->add_option("--seq-len", ppl->seq_len, "tokens per row (default: the run's training length)")
-      ->check(in_range(0, 1 << 30));
+      ->check(in_range(2, 1 << 30));
   p->add_option("--lengths", ppl->lengths, "evaluate at these lengths: token counts or multiples of the training "
                 "length, e.g. 1x,2x,4x,8x")->delimiter(',');
   p->add_option("--buckets", ppl->buckets, "position buckets for loss by position")->capture_default_str()
@@ -321,7 +329,7 @@ Command register_eval(CLI::App& app) {
   auto niah = std::make_shared<NiahOpts>();
   auto* n = sub->add_subcommand("niah", "needle-in-a-haystack accuracy over lengths x depths");
   n->add_option("--ckpt", niah->ckpt, "run folder or checkpoint folder")->required();
-  n->add_option("--data", niah->data, "dataset for the haystack (default: the run's)");
+  add_run_data_flags(n, &niah->data, &niah->tokenizer);
   n->add_option("--lengths", niah->lengths, "prompt lengths: tokens or multiples of the training length (2x)")
       ->delimiter(',');
   n->add_option("--depths", niah->depths, "needle depths in [0, 1]")->delimiter(',')->capture_default_str()
@@ -336,10 +344,11 @@ Command register_eval(CLI::App& app) {
   n->add_option("--plot", niah->plot, "write the depth x length heatmap (SVG)");
   n->add_flag("--json", niah->json, "print a JSON result on stdout");
   add_threads_flag(n, &niah->threads);
+  add_max_memory_flag(n, &niah->max_memory);
   auto ruler = std::make_shared<RulerOpts>();
   auto* ru = sub->add_subcommand("ruler", "RULER synthetic tasks: per-task and average scores by length");
   ru->add_option("--ckpt", ruler->ckpt, "run folder or checkpoint folder")->required();
-  ru->add_option("--data", ruler->data, "dataset for essay haystacks (default: the run's)");
+  add_run_data_flags(ru, &ruler->data, &ruler->tokenizer);
   ru->add_option("--lengths", ruler->lengths, "prompt lengths: tokens or multiples of the training length")->delimiter(',');
   ru->add_option("--tasks", ruler->tasks, "subset of tasks (default: all synthetic ones, + qa with --qa-file)")
       ->delimiter(',');
@@ -353,11 +362,12 @@ Command register_eval(CLI::App& app) {
   ru->add_option("--plot", ruler->plot, "write score by length per task (SVG)");
   ru->add_flag("--json", ruler->json, "print a JSON result on stdout");
   add_threads_flag(ru, &ruler->threads);
+  add_max_memory_flag(ru, &ruler->max_memory);
   auto lp = std::make_shared<LongPplOpts>();
   auto* l = sub->add_subcommand("longppl", "LongPPL: perplexity on key tokens that need long context");
   l->add_option("--ckpt", lp->ckpt, "run folder or checkpoint folder (the evaluated model)")->required();
   l->add_option("--evaluator", lp->evaluator, "checkpoint that picks key tokens (default: the model itself)");
-  l->add_option("--data", lp->data, "dataset (default: the run's); documents come from its validation split");
+  add_run_data_flags(l, &lp->data, &lp->tokenizer);
   l->add_option("--doc-len", lp->doc_len, "tokens per document")->capture_default_str()
       ->check(in_range(2, 1 << 30));
   l->add_option("--docs", lp->docs, "number of documents")->capture_default_str()

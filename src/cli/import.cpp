@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/gguf.h"
 #include "data/gguf_vocab.h"
 #include "data/hf_tokenizer.h"
@@ -76,11 +77,10 @@ Command register_import(CLI::App& app) {
               return import_gguf(o->hf_dir, o->out, o->json);
             }
             const std::string cfg_path = (fs::path(o->hf_dir) / "config.json").string();
-            std::ifstream f(cfg_path);
-            if (!f) fail("{}: cannot open", cfg_path);
+            const std::string text = read_text_file(cfg_path, "Hugging Face config");
             nlohmann::json hf;
             try {
-              hf = nlohmann::json::parse(f);
+              hf = nlohmann::json::parse(text);
             } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
               fail("{}: malformed JSON: {}", cfg_path, e.what());
             }

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/safetensors.h"
 
 namespace hlm::cli {
@@ -27,11 +28,7 @@ Command register_logits(CLI::App& app) {
             std::string text = o->tokens;
             const std::string source = o->tokens_file.empty() ? "--tokens" : o->tokens_file;
             if (!o->tokens_file.empty()) {
-              std::ifstream f(o->tokens_file);
-              if (!f) fail("--tokens-file {}: cannot open", o->tokens_file);
-              std::stringstream ss;
-              ss << f.rdbuf();
-              text = ss.str();
+              text = read_text_file(o->tokens_file, "--tokens-file");
             }
             LoadedModel lm = load_model(o->ckpt);
             const i64 V = lm.model->config().vocab_size;
@@ -52,6 +49,11 @@ Command register_logits(CLI::App& app) {
             }
             if (ids.empty()) fail("{}: no token ids", source);
             const i64 T = static_cast<i64>(ids.size());
+            MemoryUse mem;  // one forward over the tokens, the T x V logits and the file's copy of them
+            mem.batch = 1;
+            mem.seq_len = T;
+            mem.extra_bytes = 8.0 * static_cast<double>(T) * static_cast<double>(V);
+            check_memory(fmt::format("logits ({} tokens x vocab {})", T, V), lm.model->config(), mem, 0);
             std::vector<float> logits(static_cast<size_t>(T * V));
             lm.model->forward_logits(ids.data(), nullptr, 1, T, logits.data());
             SafeTensorsWriter w;

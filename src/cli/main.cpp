@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& c : cmds)
       if (c.sub->parsed()) return c.run();
+  } catch (const hlm::Interrupted& e) {
+    fmt::print(stderr, "interrupted: {}\n", e.what());
+    return 130;
   } catch (const std::exception& e) {
     // With several ranks the others may be waiting in a collective: end them all (MPI_Abort).
     if (hlm::dist::world_size() > 1) hlm::dist::abort(1, e.what());

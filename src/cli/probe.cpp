@@ -24,12 +24,13 @@ struct ProbeData {
   i64 train_len = 256;
 };
 
-ProbeData open_probe_data(const LoadedModel& lm, const std::string& data_override, bool quiet) {
+ProbeData open_probe_data(const LoadedModel& lm, const std::string& data_flag, const std::string& tokenizer_flag,
+                          bool quiet) {
   ProbeData r;
   data::PrepareOptions popt;
   popt.quiet = quiet;
-  auto ds = data::prepare_dataset(data_override.empty() ? lm.run.value("data", std::string("default")) : data_override,
-                                  lm.run.value("tokenizer", std::string()), "", popt);
+  const RunDataSpec spec = run_data_spec(lm, data_flag, tokenizer_flag);
+  auto ds = data::prepare_dataset(spec.data, spec.tokenizer, "", popt);
   r.tok = tokenizer_for(lm, ds.tokenizer_spec);
   r.val = std::make_shared<data::TokenShard>(ds.val_path);
   r.train_len = lm.run.contains("train") ? lm.run["train"].value("seq_len", i64{256}) : 256;
@@ -39,7 +40,7 @@ ProbeData open_probe_data(const LoadedModel& lm, const std::string& data_overrid
 std::vector<i64> lengths_or(const std::vector<i64>& given, i64 def) { return given.empty() ? std::vector<i64>{def} : given; }
 
 struct RfOpts {
-  std::string ckpt, data, plot, haystack = "noise";
+  std::string ckpt, data, tokenizer, plot, haystack = "noise";
   std::vector<std::string> restrict = {"full", "efficient"};
   i64 span = 0, seq_len = 0, max_tokens = 65536;
   std::vector<i64> lengths;
@@ -53,8 +54,11 @@ int run_rf(const RfOpts& o) {
   if (o.span < 1) fail("--span must be >= 1");
   LoadedModel lm = load_model(o.ckpt);
   Model& m = *lm.model;
-  ProbeData pd = open_probe_data(lm, o.data, o.json);
+  ProbeData pd = open_probe_data(lm, o.data, o.tokenizer, o.json);
   const i64 L = o.seq_len > 0 ? o.seq_len : pd.train_len;
+  if (L > pd.val->n_tokens() - 1)
+    fail("--seq-len {}: only {} validation tokens in {}, fewer than a row of that length needs", L,
+         pd.val->n_tokens(), pd.val->path());
   std::unique_ptr<Haystack> hay = o.haystack == "noise" ? std::make_unique<Haystack>(*pd.tok)
                                                         : std::make_unique<Haystack>(pd.val, *pd.tok);
   NiahGridConfig nc;
@@ -63,6 +67,8 @@ int run_rf(const RfOpts& o) {
   nc.samples = o.samples;
   nc.value_digits = niah_digits(o.digits, lm.run);
   nc.progress = false;
+  check_niah_lengths(o.lengths.empty() ? "--lengths (default: the loss's length)" : "--lengths", nc.lengths,
+                     m.config(), *pd.tok, nc.value_digits, *hay);
   std::vector<std::string> choices = {"none"};
   choices.insert(choices.end(), o.restrict.begin(), o.restrict.end());
   nlohmann::json rows = nlohmann::json::array();
@@ -104,7 +110,7 @@ int run_rf(const RfOpts& o) {
 }
 
 struct RhOpts {
-  std::string ckpt, over, data, plot, haystack = "noise";
+  std::string ckpt, over, data, tokenizer, plot, haystack = "noise";
   std::vector<i64> lengths;
   std::vector<double> depths = {0.1, 0.3, 0.5, 0.7, 0.9};
   int samples = 2, threads = 0, digits = 0;
@@ -155,11 +161,15 @@ int run_rh(const RhOpts& o) {
   Heatmap hm;
   for (const auto& ck : ckpts) {
     LoadedModel lm = load_model(ck);
-    ProbeData pd = open_probe_data(lm, o.data, o.json);
+    ProbeData pd = open_probe_data(lm, o.data, o.tokenizer, o.json);
     std::unique_ptr<Haystack> hay = o.haystack == "noise" ? std::make_unique<Haystack>(*pd.tok)
                                                           : std::make_unique<Haystack>(pd.val, *pd.tok);
-    RetrievalScores s = retrieval_head_scores(*lm.model, *pd.tok, *hay, lengths_or(o.lengths, pd.train_len), o.depths,
-                                              o.samples, o.seed, !o.json, niah_digits(o.digits, lm.run));
+    const std::vector<i64> lengths = lengths_or(o.lengths, pd.train_len);
+    const int digits = niah_digits(o.digits, lm.run);
+    check_niah_lengths(o.lengths.empty() ? "--lengths (default: the run's training length)" : "--lengths", lengths,
+                       lm.model->config(), *pd.tok, digits, *hay);
+    RetrievalScores s = retrieval_head_scores(*lm.model, *pd.tok, *hay, lengths, o.depths, o.samples, o.seed, !o.json,
+                                              digits);
     nlohmann::json j = scores_json(s, lm.model->config(), o.threshold, o.min_kept);
     const std::string name = fs::path(lm.ckpt_dir).filename().string();
     long step = name.rfind("step_", 0) == 0 ? std::stol(name.substr(5)) : 0;
@@ -264,7 +274,8 @@ Command register_probe(CLI::App& app) {
       ->check(in_range(1, 1 << 30));
   a->add_option("--seq-len", rf->seq_len, "length for loss by position (default: training length)")
       ->check(in_range(2, 1 << 30));
-  a->add_option("--lengths", rf->lengths, "NIAH lengths (default: training length)")->delimiter(',');
+  a->add_option("--lengths", rf->lengths, "NIAH lengths (default: --seq-len)")->delimiter(',')
+      ->check(in_range(2, 1 << 30));
   a->add_option("--depths", rf->depths, "NIAH depths")->delimiter(',')->capture_default_str()
       ->check(in_range(0, 1));
   a->add_option("--samples", rf->samples, "NIAH samples per cell")->capture_default_str()
@@ -274,7 +285,7 @@ Command register_probe(CLI::App& app) {
   add_niah_digits_flag(a, &rf->digits);
   a->add_option("--max-tokens", rf->max_tokens, "validation tokens for the loss")->capture_default_str()
       ->check(at_least(1));
-  a->add_option("--data", rf->data, "dataset (default: the run's)");
+  add_run_data_flags(a, &rf->data, &rf->tokenizer);
   a->add_option("--plot", rf->plot, "loss by position per restriction (SVG)");
   a->add_flag("--json", rf->json, "print a JSON result on stdout");
   add_threads_flag(a, &rf->threads);
@@ -283,7 +294,8 @@ Command register_probe(CLI::App& app) {
   auto* b = sub->add_subcommand("retrieval-heads", "retrieval score per (layer, head) while copying NIAH needles");
   b->add_option("--ckpt", rh->ckpt, "run folder or checkpoint folder");
   b->add_option("--over-checkpoints", rh->over, "a run folder: score every checkpoint of the run");
-  b->add_option("--lengths", rh->lengths, "NIAH lengths (default: training length)")->delimiter(',');
+  b->add_option("--lengths", rh->lengths, "NIAH lengths (default: training length)")->delimiter(',')
+      ->check(in_range(2, 1 << 30));
   b->add_option("--depths", rh->depths, "NIAH depths")->delimiter(',')->capture_default_str()
       ->check(in_range(0, 1));
   b->add_option("--samples", rh->samples, "needles per (length, depth)")->capture_default_str()
@@ -297,7 +309,7 @@ Command register_probe(CLI::App& app) {
   add_niah_digits_flag(b, &rh->digits);
   b->add_option("--seed", rh->seed, "needle seed")->capture_default_str()
       ->check(seed_range());
-  b->add_option("--data", rh->data, "dataset (default: the run's)");
+  add_run_data_flags(b, &rh->data, &rh->tokenizer);
   b->add_option("--plot", rh->plot, "layer x head heatmap, or heads over steps with --over-checkpoints (SVG)");
   b->add_flag("--json", rh->json, "print a JSON result on stdout");
   add_threads_flag(b, &rh->threads);

@@ -376,6 +376,7 @@ std::unique_ptr<NiahMixStream> niah_mix_stream(const TrainOpts& o, const TrainCo
                                                const data::Tokenizer& tok, std::unique_ptr<Haystack>& hay) {
   if (o.mix_niah < 0 || o.mix_niah > 1) fail("--mix-niah must be in [0, 1], got {}", o.mix_niah);
   if (o.mix_niah <= 0) return nullptr;
+  NiahMixStream::check_row_length(t.seq_len, digits, tok);
   if (o.mix_haystack == "noise") hay = std::make_unique<Haystack>(tok);
   else if (o.mix_haystack == "corpus") hay = std::make_unique<Haystack>(train_shard, tok);
   else fail("--mix-haystack must be corpus or noise, got '{}'", o.mix_haystack);
@@ -442,6 +443,7 @@ int run_train(const CLI::App& sub, TrainOpts& o) {
   mem.seq_len = t.seq_len;
   mem.recompute = t.recompute;
   mem.bf16 = t.precision == ops::Precision::bf16;
+  check_niah_rows_before_data(o.mix_niah, t.seq_len, r.digits, r.tok_spec);
   const data::Dataset ds = prepare_training_data(o, t, r, mem);
   Model model(r.cfg);
   model.init(t.seed);

@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// Work stopped by Ctrl-C or SIGTERM in a process that goes on after the signal (it was ignored or handled by its
+// owner): not a failure of the input, so not an Error. The CLI exits 130, as a shell reports a death by SIGINT.
+class Interrupted : public std::runtime_error {
+ public:
+  explicit Interrupted(const std::string& msg) : std::runtime_error(msg) {}
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));

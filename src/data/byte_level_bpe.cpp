@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace hlm::data {
 
@@ -18,12 +19,9 @@ using json = nlohmann::json;
 namespace {
 
 json read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
+  const std::string text = hlm::read_text_file(path, "tokenizer file");
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::exception& e) {
     fail("{}: malformed JSON: {}", path, e.what());
   }

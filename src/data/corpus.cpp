@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace hlm::data {
 
@@ -156,6 +158,9 @@ Corpus open_corpus(const std::string& spec) { return spec == "default" ? default
 
 std::string read_text_file(const std::string& path) {
   if (ends_with(path, ".gz")) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      fail("corpus: {} is not a regular file (a directory, FIFO or device)", path);
     gzFile f = gzopen(path.c_str(), "rb");
     if (!f) fail("corpus: cannot open {}", path);
     gzbuffer(f, 1 << 17);
@@ -180,17 +185,7 @@ std::string read_text_file(const std::string& path) {
       fail("corpus: {} is truncated or corrupt ({})", path, errnum != Z_OK ? msg : "gzclose failed");
     return out;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("corpus: cannot open {}", path);
-  std::string out;
-  in.seekg(0, std::ios::end);
-  auto size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (size > 0) out.resize(static_cast<size_t>(size));
-  in.read(out.data(), static_cast<std::streamsize>(out.size()));
-  if (!in && !in.eof()) fail("corpus: cannot read {}", path);
-  out.resize(static_cast<size_t>(in.gcount()));
-  return out;
+  return hlm::read_text_file(path, "text file", std::numeric_limits<std::size_t>::max());
 }
 
 std::string read_document(const Document& doc) { return read_text_file(doc.path); }

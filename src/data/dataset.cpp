@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/parallel.h"
 #include "core/timer.h"
 #include "data/byte_tokenizer.h"
@@ -91,10 +92,9 @@ std::string recipe(const TokenizerRequest& req, const PrepareOptions& opt) {
 }
 
 nlohmann::json read_json_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) fail("dataset: cannot open {}", p.string());
+  const std::string text = hlm::read_text_file(p.string(), "dataset file");
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("dataset: {} is not valid JSON: {}", p.string(), e.what());
   }
@@ -125,6 +125,7 @@ void write_shards(const Corpus& corpus, const std::vector<bool>& is_val, const T
   const size_t n = corpus.docs.size();
   const std::int32_t eos = tok.eos_id();
   Timer timer;
+  if (!opt.quiet) fmt::print(stderr, "data: tokenising {} documents with {} ...\n", n, tok.name());
   size_t begin = 0;
   while (begin < n) {
     // Batch by estimated text size (.gz text is ~4x its file size) so memory stays bounded.
@@ -140,6 +141,7 @@ void write_shards(const Corpus& corpus, const std::vector<bool>& is_val, const T
     std::mutex error_mu;
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t i = begin; i < end; ++i) {
+      if (build_interrupted()) continue;  // checked below: the batch ends within a document
       try {
         std::string text = read_document(corpus.docs[i]);
         bytes[i - begin] = text.size();
@@ -152,6 +154,7 @@ void write_shards(const Corpus& corpus, const std::vector<bool>& is_val, const T
         if (!error) error = std::current_exception();
       }
     }
+    throw_if_build_interrupted("tokenising");
     if (error) std::rethrow_exception(error);
     for (size_t i = begin; i < end; ++i) {
       const auto& v = ids[i - begin];

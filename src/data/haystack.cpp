@@ -34,18 +34,29 @@ std::vector<int32_t> Haystack::take(i64 n, Rng& rng) const {
   }
   const i64 N = shard_->n_tokens();
   i64 pos = static_cast<i64>(rng.below(static_cast<std::uint64_t>(N)));
-  i64 guard = 0;
+  // A whole pass over the shard without a usable token means it holds only <eos>; any other shard gives
+  // every length, wrapping around.
+  i64 read = 0;
   while (static_cast<i64>(out.size()) < n) {
     int32_t t = (*shard_)[pos];
     if (t != eos_) out.push_back(t);
     pos = (pos + 1) % N;
-    if (++guard > 4 * N + n) fail("{}: haystack has no usable tokens", shard_->path());
+    if (++read == N && out.empty()) fail("{}: haystack has no usable tokens (only <eos>)", shard_->path());
   }
   return out;
 }
 
+i64 Haystack::source_tokens() const { return shard_ ? shard_->n_tokens() : 0; }
+
 std::string random_key(Rng& rng) {
   return std::string(kAdjectives[rng.below(32)]) + "-" + kNouns[rng.below(32)];
+}
+
+std::vector<std::string> all_random_keys() {
+  std::vector<std::string> keys;
+  for (const char* a : kAdjectives)
+    for (const char* n : kNouns) keys.push_back(std::string(a) + "-" + n);
+  return keys;
 }
 
 std::string random_number(Rng& rng, int digits) {

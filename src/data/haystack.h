@@ -22,6 +22,8 @@ class Haystack {
   // Exactly n tokens of haystack starting at a seeded position.
   std::vector<int32_t> take(i64 n, Rng& rng) const;
   bool is_noise() const { return !shard_; }
+  // Tokens a corpus haystack draws from (its shard's, <eos> included); 0 for noise, which repeats without end.
+  i64 source_tokens() const;
 
  private:
   std::shared_ptr<const data::TokenShard> shard_;
@@ -31,6 +33,7 @@ class Haystack {
 
 // "adjective-noun" keys and 7-digit values, deterministic by rng.
 std::string random_key(Rng& rng);
+std::vector<std::string> all_random_keys();  // every key random_key can return
 std::string random_number(Rng& rng, int digits = 7);
 std::string random_word(Rng& rng, int letters);  // lowercase letters
 

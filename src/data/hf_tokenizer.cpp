@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "data/byte_level_bpe.h"
 #include "data/byte_tokenizer.h"
 #include "data/spm_tokenizer.h"
@@ -26,13 +27,7 @@ namespace {
 const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's escaped space
 const std::string kByteEos = "<eos>";
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::string& path) { return hlm::read_text_file(path, "tokenizer file"); }
 
 void write_file(const fs::path& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

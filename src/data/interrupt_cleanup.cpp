@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -10,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+
+#include "core/error.h"
 
 namespace hlm::data {
 
@@ -59,18 +62,36 @@ void remove_flat_folder(const char* path) {
   }
 }
 
-extern "C" void on_interrupt(int sig) {
+struct sigaction g_old[2];  // the actions before the first guard, called (or restored) by ours
+std::atomic<bool> g_flag{false};
+std::atomic<pid_t> g_child{0};
+
+bool default_action(const struct sigaction& a) { return a.sa_handler == SIG_DFL && !(a.sa_flags & SA_SIGINFO); }
+
+extern "C" void on_interrupt(int sig, siginfo_t* info, void* context) {
   const int saved = errno;
-  for (Slot& s : g_slots) {
-    if (!s.used.load()) continue;
-    remove_flat_folder(s.path);
-    write_stderr("data: interrupted; removing the partial build ");
-    write_stderr(s.path);
-    write_stderr("\n");
+  const int k = sig == SIGINT ? 0 : 1;
+  const pid_t child = g_child.load();
+  if (child > 0) ::kill(child, SIGKILL);
+  if (default_action(g_old[k])) {
+    if (child > 0) ::waitpid(child, nullptr, 0);  // its last writes end before its folder goes
+    for (Slot& s : g_slots) {
+      if (!s.used.load()) continue;
+      remove_flat_folder(s.path);
+      write_stderr("data: interrupted; removing the partial build ");
+      write_stderr(s.path);
+      write_stderr("\n");
+    }
+    errno = saved;
+    // Dies of the signal once the handler returns (it is blocked until then): the default action, as before.
+    ::sigaction(sig, &g_old[k], nullptr);
+    ::raise(sig);
+    return;
   }
+  g_flag.store(true);
   errno = saved;
-  // SA_RESETHAND restored the default action: dying of the signal once the handler returns.
-  ::raise(sig);
+  if (g_old[k].sa_flags & SA_SIGINFO) g_old[k].sa_sigaction(sig, info, context);
+  else if (g_old[k].sa_handler != SIG_IGN) g_old[k].sa_handler(sig);
 }
 
 }  // namespace
@@ -88,16 +109,13 @@ InterruptCleanup::InterruptCleanup(const std::string& folder) {
   }
   if (slot_ < 0 || g_live++ > 0) return;
   for (int k = 0; k < 2; ++k) {
-    struct sigaction old {};
-    ::sigaction(kSignals[k], nullptr, &old);
-    if (old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) continue;  // ignored or handled by its owner
     struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
+    sa.sa_sigaction = on_interrupt;
     sigemptyset(&sa.sa_mask);
     sigaddset(&sa.sa_mask, SIGINT);
     sigaddset(&sa.sa_mask, SIGTERM);
-    sa.sa_flags = SA_RESETHAND;
-    g_installed[k] = ::sigaction(kSignals[k], &sa, nullptr) == 0;
+    sa.sa_flags = SA_SIGINFO;
+    g_installed[k] = ::sigaction(kSignals[k], &sa, &g_old[k]) == 0;
   }
 }
 
@@ -110,14 +128,20 @@ InterruptCleanup::~InterruptCleanup() {
       g_installed[k] = false;
       struct sigaction cur {};
       ::sigaction(kSignals[k], nullptr, &cur);
-      if (cur.sa_handler != on_interrupt) continue;  // replaced meanwhile by its new owner (or already fired)
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      sigemptyset(&dfl.sa_mask);
-      ::sigaction(kSignals[k], &dfl, nullptr);
+      if (cur.sa_sigaction != on_interrupt) continue;  // replaced meanwhile by its new owner (or already fired)
+      ::sigaction(kSignals[k], &g_old[k], nullptr);
     }
+    g_flag.store(false);
   }
   g_slots[static_cast<size_t>(slot_)].used.store(false);
 }
+
+bool build_interrupted() { return g_flag.load(); }
+
+void throw_if_build_interrupted(const char* what) {
+  if (g_flag.load()) throw Interrupted(fmt::format("data: the build stopped while {}", what));
+}
+
+void set_build_child(pid_t pid) { g_child.store(pid); }
 
 }  // namespace hlm::data

@@ -1,10 +1,30 @@
 #include "data/niah_task.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 
 namespace hlm {
+
+namespace {
+
+const char* kPrefix = "A special magic number is hidden in the following text. Remember it.\n";
+const char* kPost = ".\n";
+std::string needle_intro(const std::string& key) { return "\nThe special magic number for " + key + " is:"; }
+std::string question(const std::string& key) {
+  return "\nWhat is the special magic number for " + key + "? The special magic number for " + key + " is:";
+}
+
+}  // namespace
+
+i64 niah_min_length(const data::Tokenizer& tok, int value_digits) {
+  if (value_digits < 1) fail("niah: value_digits must be >= 1 (got {})", value_digits);
+  i64 keyed = 0;
+  for (const std::string& key : all_random_keys())
+    keyed = std::max<i64>(keyed, static_cast<i64>(tok.encode(needle_intro(key)).size() + tok.encode(question(key)).size()));
+  return static_cast<i64>(tok.encode(kPrefix).size() + tok.encode(kPost).size()) + keyed + 1 + value_digits;
+}
 
 NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng,
                         int value_digits) {
@@ -15,13 +35,12 @@ NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 len
   c.key = random_key(rng);
   c.value = random_number(rng, value_digits);
   // Encoded piece by piece so the value's token span inside the prompt is known exactly.
-  auto prefix = tok.encode("A special magic number is hidden in the following text. Remember it.\n");
-  auto n_pre = tok.encode("\nThe special magic number for " + c.key + " is:");
+  auto prefix = tok.encode(kPrefix);
+  auto n_pre = tok.encode(needle_intro(c.key));
   auto n_val = tok.encode(" " + c.value);
-  auto n_post = tok.encode(".\n");
-  auto question = tok.encode("\nWhat is the special magic number for " + c.key + "? The special magic number for " +
-                             c.key + " is:");
-  const i64 fixed = static_cast<i64>(prefix.size() + n_pre.size() + n_val.size() + n_post.size() + question.size());
+  auto n_post = tok.encode(kPost);
+  auto ask = tok.encode(question(c.key));
+  const i64 fixed = static_cast<i64>(prefix.size() + n_pre.size() + n_val.size() + n_post.size() + ask.size());
   const i64 hay_len = length - fixed;
   if (hay_len < 0)
     fail("niah: length {} is too short for the needle and question ({} tokens with this tokenizer)", length, fixed);
@@ -36,7 +55,7 @@ NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 len
   c.value_end = static_cast<i64>(p.size());
   p.insert(p.end(), n_post.begin(), n_post.end());
   p.insert(p.end(), h.begin() + at, h.end());
-  p.insert(p.end(), question.begin(), question.end());
+  p.insert(p.end(), ask.begin(), ask.end());
   c.max_new_tokens = static_cast<i64>(n_val.size()) + 3;
   return c;
 }

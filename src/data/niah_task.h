@@ -23,4 +23,8 @@ struct NiahCase {
 NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng,
                         int value_digits = 7);
 
+// The shortest `length` that make_niah_case accepts for every key and value with this tokenizer: the needle
+// and the question at their longest (a value counts one token per byte, the most any tokenizer here gives).
+i64 niah_min_length(const data::Tokenizer& tok, int value_digits);
+
 }  // namespace hlm

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/interrupt_cleanup.h"
 
 namespace hlm::data {
 
@@ -32,11 +33,58 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   if (eos_ < 0) fail("tokenizer: SentencePiece model {} has no <eos> piece (field eos_id); retrain it with eos_id >= 0", model_path);
   std::string stem = std::filesystem::path(path_).stem().string();
   name_ = "spm-" + stem;
+  pieces_exact_ = pieces_start_at_words() && text_kept_as_is();
+}
+
+// No piece holds the escaped space after a character that is not one: every piece starts a word or is
+// whitespace only, so none spans a place where a space follows a non-space.
+bool SentencePieceTokenizer::pieces_start_at_words() const {
+  const std::string space = "\xe2\x96\x81";  // U+2581, SentencePiece's escaped space
+  for (int id = 0; id < vocab_; ++id) {
+    const std::string& piece = sp_->IdToPiece(id);
+    for (size_t at = piece.find(space, 1); at != std::string::npos; at = piece.find(space, at + 1))
+      if (at < space.size() || piece.compare(at - space.size(), space.size(), space) != 0) return false;
+  }
+  return true;
+}
+
+// Leading, trailing and repeated spaces come back as they were, and a text starting without a space gets no
+// dummy-prefix space: a piece of text encodes as it does inside the whole.
+bool SentencePieceTokenizer::text_kept_as_is() const {
+  const std::string probe = "x  y \n z ";
+  const std::vector<std::int32_t> ids = encode_whole(probe);
+  return !ids.empty() && sp_->IdToPiece(ids[0]).rfind("\xe2\x96\x81", 0) != 0 && decode(ids) == probe &&
+         decode(encode_whole(" " + probe)) == " " + probe;
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 std::vector<std::int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
+  if (!pieces_exact_ || text.size() <= kEncodePieceBytes) return encode_whole(text);
+  std::vector<std::int32_t> ids;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.size();
+    if (end - begin > kEncodePieceBytes) {
+      // The last space after a non-space in the piece's second half, else a character boundary.
+      const size_t limit = begin + kEncodePieceBytes;
+      size_t cut = limit;
+      while (cut > begin + kEncodePieceBytes / 2 && !(text[cut] == ' ' && text[cut - 1] != ' ')) --cut;
+      if (cut <= begin + kEncodePieceBytes / 2) {
+        cut = limit;
+        while (cut > begin && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+      }
+      end = cut;
+    }
+    throw_if_build_interrupted("tokenising a long document");
+    const std::vector<std::int32_t> part = encode_whole(text.substr(begin, end - begin));
+    ids.insert(ids.end(), part.begin(), part.end());
+    begin = end;
+  }
+  return ids;
+}
+
+std::vector<std::int32_t> SentencePieceTokenizer::encode_whole(std::string_view text) const {
   std::vector<int> ids;
   auto st = sp_->Encode(absl::string_view(text.data(), text.size()), &ids);
   if (!st.ok()) fail("tokenizer: SentencePiece encode failed ({}): {}", path_, st.ToString());

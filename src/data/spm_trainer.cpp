@@ -3,15 +3,25 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/timer.h"
+#include "data/interrupt_cleanup.h"
 
 namespace hlm::data {
 
@@ -45,9 +55,11 @@ void chunk_text(const std::string& text, std::vector<std::string>& out) {
   while (begin < text.size()) {
     size_t end = std::min(text.size(), begin + kChunkBytes);
     if (end < text.size()) {
-      size_t nl = text.rfind('\n', end - 1);
-      if (nl != std::string::npos && nl >= begin) {
-        end = nl + 1;  // keep the newline with its line
+      // The last newline of this chunk, searched within it only (a search back to the start of the text made
+      // a single long line quadratic).
+      const size_t nl = std::string_view(text).substr(begin, end - begin).rfind('\n');
+      if (nl != std::string_view::npos) {
+        end = begin + nl + 1;  // keep the newline with its line
       } else {
         // One very long line: cut it, but never inside a UTF-8 character.
         size_t cut = utf8_floor(text, end);
@@ -59,14 +71,8 @@ void chunk_text(const std::string& text, std::vector<std::string>& out) {
   }
 }
 
-}  // namespace
-
-void train_sentencepiece(const std::vector<std::string>& sentences, const std::string& out_path,
-                         const SpmTrainOptions& opt) {
-  HLM_CHECK(opt.vocab_size >= 260, "tokenizer train: vocab size {} too small (byte fallback alone needs 259 pieces)",
-            opt.vocab_size);
-  HLM_CHECK(!sentences.empty(), "tokenizer train: no training text");
-  HLM_CHECK(!out_path.empty(), "tokenizer train: empty output path");
+// The trainer itself, in the calling process (the child of train_sentencepiece).
+void train_here(const std::vector<std::string>& sentences, const std::string& out_path, const SpmTrainOptions& opt) {
   int threads = opt.threads > 0 ? opt.threads : hlm::num_threads();
   std::unordered_map<std::string, std::string> kw = {
       {"model_type", "bpe"},
@@ -114,6 +120,73 @@ void train_sentencepiece(const std::vector<std::string>& sentences, const std::s
   if (ec) fail("tokenizer train: cannot rename {} to {}: {}", tmp, out.string(), ec.message());
 }
 
+}  // namespace
+
+void train_sentencepiece(const std::vector<std::string>& sentences, const std::string& out_path,
+                         const SpmTrainOptions& opt) {
+  HLM_CHECK(opt.vocab_size >= 260, "tokenizer train: vocab size {} too small (byte fallback alone needs 259 pieces)",
+            opt.vocab_size);
+  HLM_CHECK(!sentences.empty(), "tokenizer train: no training text");
+  HLM_CHECK(!out_path.empty(), "tokenizer train: empty output path");
+  // SentencePiece's trainer runs for minutes without a way to stop it: it runs in a child process, which the
+  // build's interrupt handler kills (data/interrupt_cleanup.h) and which dies with this process.
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) fail("tokenizer train: cannot create a pipe ({})", std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    fail("tokenizer train: cannot start the trainer process ({})", std::strerror(err));
+  }
+  if (pid == 0) {  // the child: train, report an error through the pipe, end without the parent's exit handlers
+    ::close(pipe_fds[0]);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    std::string error;
+    try {
+      train_here(sentences, out_path, opt);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (error.empty()) ::_exit(0);
+    for (size_t at = 0; at < error.size();) {
+      const ssize_t w = ::write(pipe_fds[1], error.data() + at, error.size() - at);
+      if (w <= 0) break;
+      at += static_cast<size_t>(w);
+    }
+    ::_exit(1);
+  }
+  ::close(pipe_fds[1]);
+  set_build_child(pid);
+  int status = 0;
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) break;
+    if (build_interrupted()) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      set_build_child(0);
+      ::close(pipe_fds[0]);
+      throw_if_build_interrupted("training the SentencePiece tokenizer");
+    }
+    ::usleep(10'000);
+  }
+  set_build_child(0);
+  std::string error;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) error.append(buf, static_cast<size_t>(n));
+  ::close(pipe_fds[0]);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  if (!error.empty()) throw Error(error);
+  if (WIFSIGNALED(status))
+    fail("tokenizer train: the SentencePiece trainer (pid {}) for {} died of signal {} ({})", pid, out_path,
+         WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+  fail("tokenizer train: the SentencePiece trainer (pid {}) for {} ended with exit code {}", pid, out_path,
+       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 std::vector<std::string> sample_sentences(const Corpus& corpus, const std::vector<bool>* include,
                                           std::int64_t sample_bytes, std::uint64_t seed) {
   HLM_CHECK(sample_bytes > 0, "tokenizer train: sample size {} bytes must be positive", sample_bytes);
@@ -129,6 +202,7 @@ std::vector<std::string> sample_sentences(const Corpus& corpus, const std::vecto
   std::int64_t taken = 0;
   const size_t block = 64;
   for (size_t b = 0; b < order.size() && taken < sample_bytes; b += block) {
+    throw_if_build_interrupted("reading the tokenizer's sample");
     size_t e = std::min(order.size(), b + block);
     std::vector<std::string> texts(e - b);
 #pragma omp parallel for schedule(dynamic, 1)

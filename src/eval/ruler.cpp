@@ -6,10 +6,12 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "eval/niah.h"
 
 namespace hlm {
@@ -302,8 +304,7 @@ double string_match_part(const std::string& pred, const std::vector<std::string>
 }
 
 std::vector<QaItem> load_qa_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail("{}: cannot open QA file", path);
+  std::istringstream f(read_text_file(path, "QA file", std::size_t{1} << 30));
   std::vector<QaItem> out;
   std::string line;
   int ln = 0;

@@ -10,8 +10,10 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/rng.h"
 #include "model/config.h"
 #include "train/run_folder.h"
@@ -438,10 +440,9 @@ std::vector<size_t> lower_frontier(const std::vector<double>& x, const std::vect
 namespace {
 json read_json_file(const fs::path& p, const char* hint) {
   if (!fs::exists(p)) fail("{}: missing{}", p.string(), hint);
-  std::ifstream f(p);
-  if (!f) fail("{}: cannot open", p.string());
+  const std::string text = read_text_file(p.string());
   try {
-    return json::parse(f);
+    return json::parse(text);
   } catch (const json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", p.string(), e.what());
   }
@@ -502,8 +503,7 @@ RunData read_run(const std::string& dir, const std::string& metric) {
 
   const fs::path mp = run_folder::metrics(d);
   if (!fs::exists(mp)) fail("{}: missing (the run has not logged any evaluation yet)", mp.string());
-  std::ifstream f(mp);
-  if (!f) fail("{}: cannot open", mp.string());
+  std::istringstream f(read_text_file(mp.string(), "metrics file", std::size_t{4} << 30));
   std::map<long, EvalPoint> by_step;
   std::string line;
   long lineno = 0;

@@ -35,6 +35,19 @@ std::array<double, 2> default_a_init_range(char ch) {
 }
 constexpr std::array<double, 2> kDefaultDtInitRange{1e-3, 0.1};
 
+// Upper bounds per field, each far past the largest published model (126 layers, d_model 16384, 128 heads,
+// d_ff 53248, vocabularies of 256K): a config beyond them is a typo, refused before any estimate or allocation.
+// They also keep the size arithmetic (products of a few fields) inside 64 bits.
+constexpr i64 kMaxInt = i64{1} << 31;
+i64 max_of(const std::string& key) {
+  static const std::map<std::string, i64> kMax = {
+      {"n_layers", 4096},        {"d_model", 1 << 17},     {"n_heads", 1 << 14},    {"n_kv_heads", 1 << 14},
+      {"head_dim", 1 << 14},     {"d_ff", 1 << 20},        {"vocab_size", 1 << 24}, {"max_seq_len", 1 << 30},
+      {"window", 1 << 30},       {"chunk_size", 1 << 16},  {"mamba_d_state", 1 << 14}, {"mamba_expand", 64}};
+  auto it = kMax.find(key);
+  return it == kMax.end() ? kMaxInt : it->second;
+}
+
 i64 get_int(const json& j, const char* key, i64 def, const std::string& src, i64 min_value = 1) {
   if (!j.contains(key)) return def;
   const json& v = j.at(key);
@@ -42,9 +55,8 @@ i64 get_int(const json& j, const char* key, i64 def, const std::string& src, i64
     fail("{}: field '{}' must be an integer, got {}", src, key, v.dump());
   i64 x = v.get<i64>();
   if (x < min_value) fail("{}: field '{}' must be >= {}, got {}", src, key, min_value, x);
-  // Sizes far past any machine; keeps the size arithmetic (products of a few fields) inside 64 bits.
-  constexpr i64 kMaxInt = i64{1} << 31;
-  if (x > kMaxInt) fail("{}: field '{}' must be <= {}, got {}", src, key, kMaxInt, x);
+  const i64 max_value = max_of(key);
+  if (x > max_value) fail("{}: field '{}' must be <= {}, got {}", src, key, max_value, x);
   return x;
 }
 double get_num(const json& j, const char* key, double def, const std::string& src) {
@@ -127,6 +139,9 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     c.pattern = j["pattern"].get<std::string>();
   }
   if (c.pattern.empty()) fail("{}: field 'pattern' is empty", src);
+  if (static_cast<i64>(c.pattern.size()) > max_of("n_layers"))
+    fail("{}: field 'pattern' has {} letters, more than the most layers a model may have ({})", src,
+         c.pattern.size(), max_of("n_layers"));
   for (char ch : c.pattern)
     if (std::string(kMixerLetters).find(ch) == std::string::npos)
       fail("{}: field 'pattern' has unknown layer letter '{}' (known: F full attention, S sliding window, "

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/safetensors.h"
 #include "model/hf_config.h"
 
@@ -72,10 +73,10 @@ std::vector<std::string> weight_files(const std::string& dir) {
   const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(single)) return {single.string()};
   if (!fs::exists(index)) fail("{}: neither model.safetensors nor model.safetensors.index.json", dir);
-  std::ifstream f(index);
+  const std::string text = read_text_file(index.string(), "weight index");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // also out_of_range: a number too large
     fail("{}: malformed JSON: {}", index.string(), e.what());
   }

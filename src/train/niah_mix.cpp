@@ -4,6 +4,16 @@
 
 namespace hlm {
 
+void NiahMixStream::check_row_length(i64 seq_len, int value_digits, const data::Tokenizer& tok) {
+  const i64 need = niah_min_length(tok, value_digits);
+  if (prompt_length(seq_len) < need)
+    fail("--mix-niah: rows of --seq-len {} hold NIAH prompts of {} tokens (--seq-len + 1 - {} for the answer), but "
+         "the needle and question need {} tokens with tokenizer {} and --niah-digits {}; give --seq-len >= {} or "
+         "fewer --niah-digits",
+         seq_len, prompt_length(seq_len), kAnswerReserve, need, tok.spec(), value_digits,
+         need + kAnswerReserve - 1);
+}
+
 void NiahMixStream::next(Batch& b) {
   base_.next(b);
   const std::uint64_t k = counter_++;

@@ -26,6 +26,9 @@ class NiahMixStream final : public BatchStream {
   // length a model trained on these rows is evaluated at.
   static i64 prompt_length(i64 T) { return T + 1 - kAnswerReserve; }
   static constexpr i64 kAnswerReserve = 24;
+  // Refuses (naming --seq-len, --niah-digits and the shortest --seq-len that fits) rows of `seq_len` tokens
+  // too short for the needle and question with this tokenizer.
+  static void check_row_length(i64 seq_len, int value_digits, const data::Tokenizer& tok);
   nlohmann::json state() const override { return {{"base", base_.state()}, {"niah_batches", counter_}}; }
   void set_state(const nlohmann::json& s) override {
     base_.set_state(s.at("base"));
