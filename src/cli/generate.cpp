@@ -56,6 +56,7 @@ Command register_generate(CLI::App& app) {
             }
             std::vector<int32_t> prompt = tok->encode(text);
             if (prompt.empty()) fail("generate: give a non-empty --prompt or --prompt-file");
+            if (tok->adds_bos()) prompt.insert(prompt.begin(), tok->bos_id());  // as the model was trained
             MemoryUse mem;  // the caches for the whole context and the activations of one prefill piece
             const i64 piece = static_cast<i64>(prompt.size());
             mem.batch = 1;

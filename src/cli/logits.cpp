@@ -1,5 +1,8 @@
 // hybridlm logits: the logits of one token sequence as a safetensors file, for comparing a checkpoint with
-// another framework's forward on the same tokens (tools/hf_check).
+// another framework's forward on the same tokens (tools/hf_check, tools/released_check). With --losses, the loss
+// of each next token instead (T - 1 values rather than T x V, for perplexities over long texts and large vocabularies).
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -16,12 +19,18 @@ Command register_logits(CLI::App& app) {
   struct Opts {
     std::string ckpt, tokens, tokens_file, out;
     int threads = 0;
+    i64 last = 0;
+    bool losses = false;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("--ckpt", o->ckpt, "run folder or checkpoint folder")->required();
   auto* t = sub->add_option("--tokens", o->tokens, "token ids separated by spaces");
   sub->add_option("--tokens-file", o->tokens_file, "read the token ids from a file")->excludes(t);
   sub->add_option("--out", o->out, "output .safetensors file")->required();
+  sub->add_option("--last", o->last, "write the logits of the last N positions only (0 = all)")
+      ->check(in_range(0, 1 << 30));
+  sub->add_flag("--losses", o->losses,
+                "write 'losses' [T - 1]: -log p(token t+1 | tokens 0..t), computed in double, instead of the logits");
   add_threads_flag(sub, &o->threads);
   return {sub, [o]() -> int {
             apply_threads(o->threads);
@@ -58,7 +67,22 @@ Command register_logits(CLI::App& app) {
             lm.model->forward_logits(ids.data(), nullptr, 1, T, logits.data());
             SafeTensorsWriter w;
             w.add_i32("tokens", {T}, ids.data());
-            w.add_f32("logits", {T, V}, logits.data());
+            std::vector<float> losses;
+            if (o->losses) {
+              if (T < 2) fail("{}: --losses needs at least 2 tokens", source);
+              losses.resize(static_cast<size_t>(T - 1));
+              for (i64 t = 0; t + 1 < T; ++t) {
+                const float* row = logits.data() + t * V;
+                double mx = row[0], sum = 0;
+                for (i64 v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+                for (i64 v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+                losses[static_cast<size_t>(t)] = static_cast<float>(mx + std::log(sum) - row[ids[static_cast<size_t>(t + 1)]]);
+              }
+              w.add_f32("losses", {T - 1}, losses.data());
+            } else {
+              const i64 keep = o->last > 0 ? std::min(o->last, T) : T;
+              w.add_f32("logits", {keep, V}, logits.data() + (T - keep) * V);
+            }
             w.write(o->out);
             return 0;
           }};

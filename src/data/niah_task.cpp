@@ -23,7 +23,8 @@ i64 niah_min_length(const data::Tokenizer& tok, int value_digits) {
   i64 keyed = 0;
   for (const std::string& key : all_random_keys())
     keyed = std::max<i64>(keyed, static_cast<i64>(tok.encode(needle_intro(key)).size() + tok.encode(question(key)).size()));
-  return static_cast<i64>(tok.encode(kPrefix).size() + tok.encode(kPost).size()) + keyed + 1 + value_digits;
+  return static_cast<i64>(tok.encode(kPrefix).size() + tok.encode(kPost).size()) + keyed + 1 + value_digits +
+         (tok.adds_bos() ? 1 : 0);
 }
 
 NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 length, double depth, Rng& rng,
@@ -36,6 +37,7 @@ NiahCase make_niah_case(const data::Tokenizer& tok, const Haystack& hay, i64 len
   c.value = random_number(rng, value_digits);
   // Encoded piece by piece so the value's token span inside the prompt is known exactly.
   auto prefix = tok.encode(kPrefix);
+  if (tok.adds_bos()) prefix.insert(prefix.begin(), tok.bos_id());  // a released model reads <bos> first
   auto n_pre = tok.encode(needle_intro(c.key));
   auto n_val = tok.encode(" " + c.value);
   auto n_post = tok.encode(kPost);
