@@ -17,14 +17,13 @@ if ! paths=$("$root/bench/llama_cpp.sh" paths 2>/dev/null); then
   paths=$("$root/bench/llama_cpp.sh" paths)
 fi
 eval "$paths"
-q4=$work/gemma-3-270m-q4_k_m.gguf
-f32=$work/gemma-3-270m-f32.gguf
-[ -f "$q4" ] || "$root/bench/llama_cpp.sh" gemma "$q4" >&2
+q4=$("$root/bench/llama_cpp.sh" gemma | sed -n 's/^GEMMA3_270M_GGUF=//p')
 ref=$work/llama-ref
-[ -f "$ref/sha256.txt" ] || GEMMA_Q4=$q4 GEMMA_F32=$f32 "$root/bench/llama_cpp.sh" gemma-ref "$ref" >&2
+f32=$ref/gemma-3-270m-f32.gguf
+[ -f "$ref/sha256.txt" ] || GEMMA_F32=$f32 "$root/bench/llama_cpp.sh" gemma-ref "$ref" >&2
 for kind in f32 q4; do
   src=$f32; [ $kind = q4 ] && src=$q4
   rm -rf "$work/run-$kind"
   "$hlm" import "$src" --out "$work/run-$kind" >&2
 done
-exec "${LLAMA_VENV_PYTHON:-python3}" "$here/compare.py" --hybridlm "$hlm" --work "$work" --ref "$ref"
+exec "${LLAMA_CPP_PYTHON:-python3}" "$here/compare.py" --hybridlm "$hlm" --work "$work" --ref "$ref"
