@@ -21,6 +21,7 @@
 #include "train/niah_mix.h"
 #include "data/tokenizer.h"
 #include "eval/longppl.h"
+#include "data/niah_task.h"
 #include "eval/niah.h"
 #include "train/run_folder.h"
 
@@ -395,6 +396,14 @@ struct ExtraEvals {
   void install(Trainer& trainer, const ExtraEvalSettings& s, const TrainConfig& t, const data::TokenShard& val_shard,
                const data::Tokenizer& tok) {
     settings = s;
+    if (s.niah) {  // refused before the first step rather than at the first evaluation
+      const i64 shortest = niah_min_length(tok, static_cast<int>(s.niah_digits));
+      for (i64 len : s.niah_lengths)
+        if (len < shortest)
+          fail("--eval niah: the NIAH prompts are {} tokens (--seq-len), shorter than the {} a needle of {} digits "
+               "(--niah-digits) and its question take with this tokenizer; give --seq-len >= {}",
+               len, shortest, s.niah_digits, shortest);
+    }
     if (s.longppl) {
       lp_docs = long_documents(val_shard, t.seq_len, static_cast<int>(s.longppl_documents));
       lpc.trunc_len = s.longppl_trunc_len;

@@ -78,6 +78,10 @@ nlohmann::json gemma3_layer_types(const GgufFile& f, i64 n_layers, bool has_wind
   return types;
 }
 
+// A FLOAT32 value as the config it was converted from wrote it: the shortest decimal that rounds to the float
+// (1e-06, not 9.999999974752427e-07).
+double as_written(double f32_value) { return std::stod(fmt::format("{}", static_cast<float>(f32_value))); }
+
 }  // namespace
 
 GgufImport gguf_import_config(const GgufFile& f) {
@@ -122,9 +126,9 @@ GgufImport gguf_import_config(const GgufFile& f) {
                        {"num_attention_heads", i("attention.head_count")},
                        {"num_key_value_heads", i("attention.head_count_kv")},
                        {"head_dim", head_dim},
-                       {"rms_norm_eps", static_cast<float>(f.get_float(pre + "attention.layer_norm_rms_epsilon"))},
+                       {"rms_norm_eps", as_written(f.get_float(pre + "attention.layer_norm_rms_epsilon"))},
                        {"max_position_embeddings", i("context_length")},
-                       {"rope_theta", f.get_float(pre + "rope.freq_base")},
+                       {"rope_theta", as_written(f.get_float(pre + "rope.freq_base"))},
                        {"tie_word_embeddings", !f.has_tensor("output.weight")}};
   if (arch == "gemma3") {
     const bool has_window = f.has(pre + "attention.sliding_window") && i("attention.sliding_window") > 0;
@@ -133,7 +137,8 @@ GgufImport gguf_import_config(const GgufFile& f) {
     hf["hidden_activation"] = "gelu_pytorch_tanh";
     // llama.cpp's local base when the file names none, and its query scale: 1/sqrt(head_dim), except for the
     // 62-layer (27B) model, which scales by 1/sqrt(d_model / heads).
-    hf["rope_local_base_freq"] = f.has(pre + "rope.freq_base_swa") ? f.get_float(pre + "rope.freq_base_swa") : 10000.0;
+    hf["rope_local_base_freq"] =
+        f.has(pre + "rope.freq_base_swa") ? as_written(f.get_float(pre + "rope.freq_base_swa")) : 10000.0;
     hf["query_pre_attn_scalar"] = n_layers == 62 ? i("embedding_length") / i("attention.head_count") : head_dim;
     hf["sliding_window"] = has_window ? nlohmann::json(i("attention.sliding_window")) : nlohmann::json(nullptr);
     hf["layer_types"] = gemma3_layer_types(f, n_layers, has_window);
