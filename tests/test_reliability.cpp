@@ -147,18 +147,21 @@ TEST(Reliability, MemoryEstimateCountsWeightsOptimizerAndActivations) {
   const hlm::MemoryEstimate g = hlm::estimate_memory(cfg, use);
   EXPECT_EQ(g.optimizer, 0);
   EXPECT_GT(g.caches, 2.0 * 4096 * 256 * 4);  // the full-attention layers' K and V
-  const hlm::ModelConfig huge = hlm::resolve_config("swa128-nope", "", {"n_layers=100000"});
+  const hlm::ModelConfig huge = hlm::resolve_config("swa128-nope", "", {"n_layers=4096", "d_model=1024"});
   EXPECT_GT(hlm::estimate_memory(huge, hlm::MemoryUse{}).total(), 100e9);
 }
 
-// load_model refuses a config.json that asks for more parameters than model.safetensors holds, by the estimate's
-// weights: they must be the model's exactly, or a checkpoint that fits would be refused.
+// load_model refuses a config.json whose estimated weights are over twice what model.safetensors holds: the
+// estimate must be the model's parameters (plus the registry's alignment padding, under 1%), or a checkpoint that
+// fits could be refused.
 TEST(Reliability, MemoryEstimateWeightsAreTheModelsParameters) {
   for (const std::string& preset : hlm::preset_names()) {
     SCOPED_TRACE(preset);
     const hlm::ModelConfig cfg = hlm::resolve_config(preset, "", {"n_layers=5", "d_model=64", "d_ff=96", "vocab_size=300"});
     const hlm::Model model(cfg);
-    EXPECT_EQ(hlm::estimate_memory(cfg, hlm::MemoryUse{}).weights, 4.0 * static_cast<double>(model.num_params()));
+    const double weights = hlm::estimate_memory(cfg, hlm::MemoryUse{}).weights, params = 4.0 * model.num_params();
+    EXPECT_GE(weights, params);
+    EXPECT_LE(weights, 1.01 * params);
   }
 }
 

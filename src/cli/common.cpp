@@ -118,13 +118,13 @@ LoadedModel load_model(const std::string& path, double max_memory_gib) {
   LoadedModel m;
   m.ckpt_dir = resolve_checkpoint(path);
   const ModelConfig cfg = load_checkpoint_config(m.ckpt_dir);
-  // A config that asks for more parameters than the weights file holds (fp32, 4 bytes each) cannot load: say
-  // so before allocating a model of that size.
+  // A config that asks for far more parameters than the weights file holds (fp32, 4 bytes each; the estimate
+  // also counts alignment padding) cannot load: say so before allocating a model of that size.
   const std::string weights = (std::filesystem::path(m.ckpt_dir) / "model.safetensors").string();
   std::error_code ec;
   const auto file_bytes = std::filesystem::file_size(weights, ec);
   const double need = estimate_memory(cfg, MemoryUse{}).weights;
-  if (!ec && static_cast<double>(file_bytes) < need)
+  if (!ec && 2.0 * static_cast<double>(file_bytes) < need)
     fail("{}/config.json describes {:.0f} parameters ({} layers, d_model {}), {} of fp32 weights, but {} holds only "
          "{} bytes: the config does not belong to these weights",
          m.ckpt_dir, need / 4, cfg.n_layers, cfg.d_model, format_bytes(need), weights, file_bytes);

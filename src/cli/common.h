@@ -67,8 +67,8 @@ struct LoadedModel {
   std::string ckpt_dir;
   nlohmann::json run;  // run.json of the run folder ({} when absent)
 };
-// The checkpoint's config must describe its weights (model.safetensors holds at least the config's parameters) and
-// fit in memory (check_memory), both before the model is built, and the weights must be finite
+// The checkpoint's config must describe its weights (model.safetensors is not under half the config's fp32
+// weights) and fit in memory (check_memory), both before the model is built, and the weights must be finite
 // (load_model_params).
 LoadedModel load_model(const std::string& run_or_ckpt, double max_memory_gib = 0);
 
