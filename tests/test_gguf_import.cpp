@@ -110,14 +110,12 @@ Image gguf_of(const Model& m) {
   return img;
 }
 
-Model random_gemma() {
-  Model m(tiny_gemma());
+// Random weights, with norm weights off 1 so that a shift by Gemma's 1 would be seen.
+void randomize(Model& m) {
   m.init(7);
-  // Norm weights off 1, so a shift by Gemma's 1 would be seen.
   for (const ParamInfo& p : m.registry().all())
     if (p.name.find("norm") != std::string::npos)
       for (i64 i = 0; i < p.shape.numel(); ++i) m.params()[p.offset + i] = 0.5f + 0.01f * static_cast<float>(i % 97);
-  return m;
 }
 
 std::string refusal(const std::string& bytes) {
@@ -132,7 +130,8 @@ std::string refusal(const std::string& bytes) {
 }  // namespace
 
 TEST(GgufImport, GemmaFileImportsToTheSameWeightsAndLogits) {
-  Model want = random_gemma();
+  Model want(tiny_gemma());
+  randomize(want);
   const std::string bytes = gguf_of(want).build();
   const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "tiny.gguf");
   const GgufImport imp = gguf_import_config(f);
@@ -157,7 +156,8 @@ TEST(GgufImport, GemmaFileImportsToTheSameWeightsAndLogits) {
 }
 
 TEST(GgufImport, WhatIsNotComputedIsRefusedByName) {
-  const Model m = random_gemma();
+  Model m(tiny_gemma());
+  randomize(m);
   Image img = gguf_of(m);
   Image other = img;
   other.kvs[0] = kv("general.architecture", VT::STRING, gstr("llama4"));
@@ -186,7 +186,9 @@ TEST(GgufImport, WhatIsNotComputedIsRefusedByName) {
 TEST(GgufImport, CommandMakesARunFolderThatGenerates) {
   const hlm::testing::ScratchDir scratch("hlm_gguf_import_");
   const fs::path gguf = scratch.path / "tiny.gguf", out = scratch.path / "run";
-  std::ofstream(gguf, std::ios::binary) << gguf_of(random_gemma()).build();
+  Model m(tiny_gemma());
+  randomize(m);
+  std::ofstream(gguf, std::ios::binary) << gguf_of(m).build();
   hlm::testing::CliResult r = hlm::testing::run_cli("import " + gguf.string() + " --out " + out.string() + " --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"gguf_architecture\":\"gemma3\""), std::string::npos) << r.out;
@@ -194,7 +196,7 @@ TEST(GgufImport, CommandMakesARunFolderThatGenerates) {
   r = hlm::testing::run_cli("generate --ckpt " + out.string() + " --prompt abc --max-tokens 4 --json --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"prompt_tokens\":4"), std::string::npos) << r.out;  // <bos> a b c
-  Image bad = gguf_of(random_gemma());
+  Image bad = gguf_of(m);
   bad.kvs.push_back(kv("gemma3.rope.scaling.type", VT::STRING, gstr("linear")));
   std::ofstream(scratch.path / "bad.gguf", std::ios::binary) << bad.build();
   hlm::testing::expect_cli_error(
