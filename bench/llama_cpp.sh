@@ -9,7 +9,7 @@
 #   bench/llama_cpp.sh gemma-ref OUT  llama.cpp's reference outputs on that model, requantized to F32 by its own
 #                                   llama-quantize (OUT/gemma-3-270m-f32.gguf unless GEMMA_F32 names the file): greedy
 #                                   continuation, perplexity of a fixed text, tokenization of a test text, logits;
-#                                   OUT/README.md lists each file with the exact command that made it
+#                                   OUT/commands.sh lists each file with the exact command that made it
 #   bench/llama_cpp.sh paths        the paths of an existing build, as shell assignments (fails if not built)
 #
 # Sources: the sdist of llama-cpp-python (LLAMA_CPP_PYTHON_VERSION, default pinned below, so that every machine
@@ -170,6 +170,8 @@ gemma_reference() {
     echo "$TOKENIZE -m $f32 -f tokenize-input.txt --log-disable > tokenize-pieces.txt"
     echo "$TOKENIZE -m $f32 -f tokenize-input.txt --ids --no-bos --log-disable > tokenize-ids-no-bos.txt"
     echo "$TOKENIZE -m $f32 -f $REF_TEXT --ids --log-disable > text-ids.txt"
+    echo "printf '%s' \"\$(sed '1s/^<bos>//' simple.txt)\" > generated.txt"
+    echo "$TOKENIZE -m $f32 -f generated.txt --ids --log-disable > generated-ids.txt"
     echo "$DEBUG -m $f32 -p '$REF_PROMPT' --save-logits --logits-output-dir logits -t 2"
   } > "$cmds"
   (cd "$out" && "$SIMPLE" -m "$f32" -n "$REF_TOKENS" "$REF_PROMPT" > simple.txt 2> simple.log)
@@ -180,6 +182,10 @@ gemma_reference() {
   (cd "$out" && "$TOKENIZE" -m "$f32" -f tokenize-input.txt --ids --no-bos --log-disable \
     > tokenize-ids-no-bos.txt 2> /dev/null)
   (cd "$out" && "$TOKENIZE" -m "$f32" -f "$REF_TEXT" --ids --log-disable > text-ids.txt 2> /dev/null)
+  # The ids of prompt + continuation, re-tokenized from llama-simple's text (which it prints after the BOS piece;
+  # the trailing newline is its own).
+  (cd "$out" && printf '%s' "$(sed '1s/^<bos>//' simple.txt)" > generated.txt &&
+    "$TOKENIZE" -m "$f32" -f generated.txt --ids --log-disable > generated-ids.txt 2> /dev/null)
   (cd "$out" && "$DEBUG" -m "$f32" -p "$REF_PROMPT" --save-logits --logits-output-dir logits -t 2 > debug.log 2>&1)
   (cd "$out" && "$PERPLEXITY" -m "$f32" -f "$REF_TEXT" -c "$REF_CTX" --chunks "$REF_CHUNKS" -b "$REF_CTX" -t 2 \
     > perplexity.txt 2> perplexity.log)
