@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -217,6 +219,40 @@ TEST(Cli, RecallRecordsADivergingLearningRateAndGoesOn) {
   Result all = run("recall --pattern SL --lr 1000 --steps 6 --eval-every 0 --eval-rows 16 --json");
   ASSERT_EQ(all.code, 0) << all.err;
   EXPECT_NE(all.out.find("every learning rate diverged"), std::string::npos) << all.out;
+}
+
+// bench --ckpt: prefill and decode of a checkpoint timed apart, every run's value and their median in the JSON;
+// --decode-tokens 0 times the prefill alone; model flags next to --ckpt and a missing checkpoint are refused.
+TEST(Cli, BenchCkptTimesPrefillAndDecode) {
+  const fs::path out = tmp_root() / "run_bench_ckpt";
+  Result t = run("train " + tiny_model() + corpus() + "--steps 1 --seq-len 32 --batch 1 --eval-batches 1 --out " +
+                 out.string());
+  ASSERT_EQ(t.code, 0) << t.err;
+  Result r = run("bench --ckpt " + out.string() + " --prompt-tokens 40 --prefill-chunk 16 --decode-tokens 5 " +
+                 "--steps 3 --warmup 1 --threads 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("prompt_tokens").get<int>(), 40);
+  EXPECT_EQ(j.at("decode_tokens").get<int>(), 5);
+  EXPECT_EQ(j.at("prefill_chunk").get<int>(), 16);
+  EXPECT_EQ(j.at("runs").get<int>(), 3);
+  EXPECT_EQ(j.at("decode_threads").get<int>(), 1);
+  for (const char* phase : {"prefill", "decode"}) {
+    auto all = j.at(std::string(phase) + "_tokens_per_s_all").get<std::vector<double>>();
+    ASSERT_EQ(all.size(), 3u) << phase;
+    for (double v : all) EXPECT_GT(v, 0) << phase;
+    std::sort(all.begin(), all.end());
+    EXPECT_DOUBLE_EQ(j.at(std::string(phase) + "_tokens_per_s").get<double>(), all[1]) << phase;
+  }
+  EXPECT_GT(j.at("peak_rss_mb").get<double>(), 0);
+  Result p = run("bench --ckpt " + out.string() + " --prompt-tokens 8 --decode-tokens 0 --steps 1 --warmup 0 --json");
+  ASSERT_EQ(p.code, 0) << p.err;
+  const auto jp = nlohmann::json::parse(p.out);
+  EXPECT_GT(jp.at("prefill_tokens_per_s").get<double>(), 0);
+  EXPECT_EQ(jp.at("decode_tokens_per_s").get<double>(), 0);
+  EXPECT_TRUE(jp.at("decode_tokens_per_s_all").empty());
+  expect_error(run("bench --ckpt " + out.string() + " --preset full"), "drop --preset");
+  expect_error(run("bench --ckpt " + (tmp_root() / "no_such_run").string()), "no_such_run");
 }
 
 // bench --recompute: the same step in a smaller activation arena, reported in the JSON; the memory estimate
