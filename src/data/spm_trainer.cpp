@@ -174,6 +174,10 @@ void train_sentencepiece(const std::vector<std::string>& sentences, const std::s
     ::usleep(10'000);
   }
   set_build_child(0);
+  if (build_interrupted()) {  // the handler killed the child before the loop saw the flag
+    ::close(pipe_fds[0]);
+    throw_if_build_interrupted("training the SentencePiece tokenizer");
+  }
   std::string error;
   char buf[4096];
   for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) error.append(buf, static_cast<size_t>(n));
