@@ -24,7 +24,7 @@ if (($#)); then
 else
   mapfile -t FILES < <(git ls-files -co --exclude-standard 2>/dev/null |
     grep -E '(\.(md|h|hpp|cpp|cc|c|py|sh|txt|json|cmake)|^\.ci/run|CMakeLists\.txt)$' | grep -v '^build/' |
-    grep -v '^tests/data/' | sort -u)  # test fixtures: data (a tokenizer's vocabulary holds "§" as a byte symbol)
+    grep -v '^tests/data/' | grep -v '^fuzz/corpus/' | sort -u)  # test fixtures and fuzz seeds: data (a tokenizer's vocabulary holds "§" as a byte symbol)
 fi
 
 TOPS=$(git ls-files 2>/dev/null | grep / | cut -d/ -f1 | sort -u | tr '\n' ' ')  # the repository's own folders
