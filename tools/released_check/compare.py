@@ -1,6 +1,7 @@
 """hybridlm against llama.cpp on the same released weights (tools/released_check/run.sh writes the inputs).
 
 Checks, each printed as one line and all of them failing the run when off:
+  weights     hybridlm's import of the Q4_K_M file equals its import of llama-quantize's F32 requantization
   tokens      the prompt's ids (with BOS) equal llama-debug's
   logits      the last position's logits: max |diff| within --logit-tol, same argmax
   generation  64 greedy tokens: hybridlm's own against llama.cpp's, and teacher-forced on llama.cpp's, where every
@@ -53,6 +54,15 @@ def main():
     work, ref, hlm = Path(a.work), Path(a.ref), a.hybridlm
     ckpt = work / "run-f32"
     failures, result = [], {}
+
+    # The quantized file dequantized by hybridlm equals llama-quantize's F32 requantization of it, byte for byte.
+    weights = [work / k / "checkpoints" / "step_00000000" / "model.safetensors" for k in ("run-q4", "run-f32")]
+    if weights[0].exists():
+        same = weights[0].read_bytes() == weights[1].read_bytes()
+        result["q4_import_equals_f32_requantization"] = same
+        print(f"weights     the Q4_K_M import and the F32 file's are {'identical' if same else 'DIFFERENT'}")
+        if not same:
+            failures.append("weights")
 
     prompt_file = next((ref / "logits").glob("*-prompt.txt"))
     meta = prompt_file.read_text()
