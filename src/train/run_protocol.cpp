@@ -61,9 +61,11 @@ i64 integer(const nlohmann::json& j, const char* key, i64 lo, i64 hi, const std:
 
 void only_keys(const nlohmann::json& j, std::initializer_list<const char*> keys, const std::string& where) {
   if (!j.is_object()) fail("{}: expected an object", where);
-  for (const auto& [k, v] : j.items())
-    if (std::none_of(keys.begin(), keys.end(), [&](const char* a) { return k == a; }))
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();
+    if (std::none_of(keys.begin(), keys.end(), [&k](const char* a) { return k == a; }))
       fail("{}: unknown field '{}'", where, k);
+  }
 }
 
 }  // namespace
