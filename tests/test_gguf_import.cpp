@@ -35,7 +35,9 @@ ModelConfig tiny_gemma() {
 }
 
 // llama.cpp's name for a parameter of hybridlm's Gemma block (an independent table of the converter's names).
-std::string gguf_name(const std::string& name) {
+std::string gguf_name(const std::string& name, const std::string& arch = "gemma3") {
+  if (arch == "qwen3" && name.find("post_attention_layernorm") != std::string::npos)  // its pre-MLP norm
+    return "blk." + name.substr(13, name.find('.', 13) - 13) + ".ffn_norm.weight";
   static const std::map<std::string, std::string> top = {{"model.embed_tokens.weight", "token_embd.weight"},
                                                          {"model.norm.weight", "output_norm.weight"}};
   if (top.count(name)) return top.at(name);
@@ -206,3 +208,56 @@ TEST(GgufImport, CommandMakesARunFolderThatGenerates) {
   EXPECT_FALSE(fs::exists(scratch.path / "bad"));
 }
 #endif
+
+// qwen3: full attention with QK-norm; the metadata alone gives the config, and the tensors land in its parameters.
+TEST(GgufImport, Qwen3FileImportsItsConfigAndWeights) {
+  Image img;
+  auto u = [](const std::string& k, std::uint32_t v) { return kv(k, VT::UINT32, u32(v)); };
+  img.kvs = {kv("general.architecture", VT::STRING, gstr("qwen3")),
+             u("qwen3.context_length", 128),
+             u("qwen3.embedding_length", 32),
+             u("qwen3.block_count", 2),
+             u("qwen3.feed_forward_length", 48),
+             u("qwen3.attention.head_count", 4),
+             u("qwen3.attention.head_count_kv", 2),
+             u("qwen3.attention.key_length", 16),
+             u("qwen3.attention.value_length", 16),
+             kv("qwen3.attention.layer_norm_rms_epsilon", VT::FLOAT32, f32(1e-6f)),
+             kv("qwen3.rope.freq_base", VT::FLOAT32, f32(1000000.0f))};
+  // The shapes come from the config the metadata gives; the values are each tensor's index pattern.
+  const std::string probe_bytes = [&] {
+    Image p = img;
+    p.tensors.push_back({"token_embd.weight", {32, 300}, 0, 0, std::string(32 * 300 * 4, '\0')});
+    p.place();
+    return p.build();
+  }();
+  const GgufFile probe = GgufFile::parse(probe_bytes.data(), probe_bytes.size(), "q.gguf");
+  const GgufImport shape_of = gguf_import_config(probe);
+  EXPECT_EQ(shape_of.hf.architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(shape_of.hf.config.layer_pattern(), "FF");
+  EXPECT_TRUE(shape_of.hf.config.type('F').qk_norm);
+  EXPECT_EQ(shape_of.hf.config.rope_theta, 1000000.0);
+  Model want(shape_of.hf.config);
+  want.init(3);
+  for (const ParamInfo& p : want.registry().all()) {
+    if (p.name == "lm_head.weight") continue;  // a tied file has no output.weight
+    TensorSpec t;
+    t.name = gguf_name(p.name, "qwen3");
+    for (int d = p.shape.ndim - 1; d >= 0; --d) t.dims.push_back(static_cast<std::uint64_t>(p.shape[d]));
+    t.bytes.assign(reinterpret_cast<const char*>(want.params() + p.offset), static_cast<size_t>(p.shape.numel()) * 4);
+    img.tensors.push_back(std::move(t));
+  }
+  img.place();
+  const std::string bytes = img.build();
+  const GgufFile f = GgufFile::parse(bytes.data(), bytes.size(), "q.gguf");
+  const GgufImport imp = gguf_import_config(f);
+  Model got(imp.hf.config);
+  load_gguf_weights(f, imp, got);
+  for (const ParamInfo& p : want.registry().all()) {
+    const ParamInfo& q = got.registry().info(got.registry().find(p.name));
+    const float* src = want.params() + (p.name == "lm_head.weight"
+                                            ? want.registry().info(want.registry().find("model.embed_tokens.weight")).offset
+                                            : p.offset);
+    for (i64 i = 0; i < p.shape.numel(); ++i) ASSERT_EQ(got.params()[q.offset + i], src[i]) << p.name << " " << i;
+  }
+}
