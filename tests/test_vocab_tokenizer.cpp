@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_harness.h"
 #include "core/error.h"
 #include "data/byte_level_bpe.h"
 #include "data/spm_vocab_tokenizer.h"
@@ -29,19 +30,6 @@ namespace {
 
 const std::string kSp = "\xe2\x96\x81";  // U+2581
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) {
-    path = fs::temp_directory_path() / ("hlm_test_vocab_" + std::to_string(::getpid()) + "_" + name);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& rel) const { return (path / rel).string(); }
-};
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -343,7 +331,7 @@ TokenizerVocab gguf_of_fixture(const nlohmann::json& t, const std::string& pre) 
 }  // namespace
 
 TEST(VocabTokenizer, Gpt2MatchesTheFixturesRunWithoutNormalizerOrPrefixSpace) {
-  TempDir dir("gpt2");
+  const hlm::testing::ScratchDir dir("hlm_test_vocab_gpt2_");
   for (const auto& [family, pre] : std::vector<std::pair<std::string, std::string>>{
            {"gpt2", "gpt-2"}, {"llama3", "llama-bpe"}, {"qwen2", "qwen2"}}) {
     SCOPED_TRACE(family);
@@ -360,9 +348,9 @@ TEST(VocabTokenizer, Gpt2MatchesTheFixturesRunWithoutNormalizerOrPrefixSpace) {
     t["added_tokens"] = plain;
     if (t["pre_tokenizer"]["type"] == "ByteLevel") t["pre_tokenizer"]["add_prefix_space"] = false;
     fs::create_directories(dir.path / family);
-    std::ofstream(dir / (family + "/tokenizer.json")) << t.dump();
+    std::ofstream((dir.path / (family + "/tokenizer.json")).string()) << t.dump();
     fs::copy_file(bpe_fixture(family) / "tokenizer_config.json", dir.path / family / "tokenizer_config.json");
-    ByteLevelBpeTokenizer ref(dir / (family + "/tokenizer.json"));
+    ByteLevelBpeTokenizer ref((dir.path / (family + "/tokenizer.json")).string());
     std::vector<std::string> texts;
     for (const auto& c : nlohmann::json::parse(slurp((bpe_fixture(family) / "expected.json").string())))
       texts.push_back(c["text"]);
@@ -392,9 +380,9 @@ TEST(VocabTokenizer, Gpt2RefusesUnknownPreTokenizersAndBadMerges) {
 }
 
 TEST(VocabTokenizer, JsonDumpRecreatesTheTokenizer) {
-  TempDir dir("json");
+  const hlm::testing::ScratchDir dir("hlm_test_vocab_json_");
   const TokenizerVocab v = gemma_like();
-  const std::string path = dir / "vocab.gguf.json";
+  const std::string path = (dir.path / "vocab.gguf.json").string();
   write_vocab_json(v, path);
   auto tok = load_tokenizer(path);
   EXPECT_EQ(tok->spec(), fs::absolute(path).lexically_normal().string());
@@ -414,15 +402,15 @@ TEST(VocabTokenizer, JsonDumpRecreatesTheTokenizer) {
   // A dump with a value of the wrong type, or that is not a dump, is refused naming the file and key.
   nlohmann::json j = nlohmann::json::parse(slurp(path));
   j["tokenizer.ggml.scores"] = "high";
-  std::ofstream(dir / "bad.gguf.json") << j.dump();
+  std::ofstream((dir.path / "bad.gguf.json").string()) << j.dump();
   try {
-    load_tokenizer(dir / "bad.gguf.json");
+    load_tokenizer((dir.path / "bad.gguf.json").string());
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.gguf.json: tokenizer.ggml.scores has the wrong type"), std::string::npos)
         << e.what();
   }
-  std::ofstream(dir / "other.gguf.json") << "{\"tokens\": []}";
-  EXPECT_THROW(load_tokenizer(dir / "other.gguf.json"), Error);
-  EXPECT_THROW(load_tokenizer(dir / "missing.gguf.json"), Error);
+  std::ofstream((dir.path / "other.gguf.json").string()) << "{\"tokens\": []}";
+  EXPECT_THROW(load_tokenizer((dir.path / "other.gguf.json").string()), Error);
+  EXPECT_THROW(load_tokenizer((dir.path / "missing.gguf.json").string()), Error);
 }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/hf_weights.h"
 
 namespace hlm {
 
@@ -178,14 +179,7 @@ void load_gguf_weights(const GgufFile& f, const GgufImport& imp, Model& model) {
     std::copy(v.begin(), v.end(), model.params() + p.offset);
     loaded[static_cast<size_t>(it->second)] = true;
   }
-  // A tied file has no output.weight; a model that keeps its head as a parameter takes a copy of the embedding.
-  const int head = reg.find("lm_head.weight"), embed = reg.find("model.embed_tokens.weight");
-  if (imp.hf.tied_embeddings && head >= 0 && embed >= 0 && !loaded[static_cast<size_t>(head)] &&
-      loaded[static_cast<size_t>(embed)]) {
-    const ParamInfo &h = reg.info(head), &e = reg.info(embed);
-    std::copy(model.params() + e.offset, model.params() + e.offset + e.shape.numel(), model.params() + h.offset);
-    loaded[static_cast<size_t>(head)] = true;
-  }
+  if (imp.hf.tied_embeddings) fill_tied_head(model, loaded);  // a tied file has no output.weight
   for (size_t k = 0; k < loaded.size(); ++k)
     if (!loaded[k])
       fail("{}: no tensor for parameter '{}' (the metadata implies it)", f.path(),

@@ -255,6 +255,15 @@ void write_hf_weights(const Model& model, const std::string& architecture, const
   w.write(path);
 }
 
+void fill_tied_head(Model& model, std::vector<bool>& loaded) {
+  const ParamRegistry& reg = model.registry();
+  const int head = reg.find("lm_head.weight"), embed = reg.find("model.embed_tokens.weight");
+  if (head < 0 || embed < 0 || loaded[static_cast<size_t>(head)] || !loaded[static_cast<size_t>(embed)]) return;
+  const ParamInfo &h = reg.info(head), &e = reg.info(embed);
+  std::copy(model.params() + e.offset, model.params() + e.offset + e.shape.numel(), model.params() + h.offset);
+  loaded[static_cast<size_t>(head)] = true;
+}
+
 void load_hf_weights(const std::string& hf_dir, const std::string& architecture, Model& model, bool tied_embeddings) {
   if (architecture == "Qwen3NextForCausalLM") return load_qwen3next(hf_dir, model, tied_embeddings);
   const ParamRegistry& reg = model.registry();
@@ -293,11 +302,7 @@ void load_hf_weights(const std::string& hf_dir, const std::string& architecture,
       !std::equal(file_head.begin(), file_head.end(), model.params() + reg.info(embed).offset))
     fail("{}: tensor 'lm_head.weight' differs from model.embed_tokens.weight, but the model ties them "
          "(tie_word_embeddings)", file_head_path);
-  if (head >= 0 && tied_embeddings && !loaded[static_cast<size_t>(head)] && loaded[static_cast<size_t>(embed)]) {
-    const ParamInfo &h = reg.info(head), &e = reg.info(embed);
-    std::copy(model.params() + e.offset, model.params() + e.offset + e.shape.numel(), model.params() + h.offset);
-    loaded[static_cast<size_t>(head)] = true;
-  }
+  if (tied_embeddings) fill_tied_head(model, loaded);
   for (size_t i = 0; i < loaded.size(); ++i)
     if (!loaded[i])
       fail("{}: tensor '{}' is missing from the weight files", hf_dir,

@@ -3,6 +3,7 @@
 // (model/hf_config.h). Export writes fp32; import reads F32, BF16, F16 or F64 tensors, from one file or
 // from the shards listed in model.safetensors.index.json.
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 
@@ -16,5 +17,13 @@ void write_hf_weights(const Model& model, const std::string& architecture, const
 // (config tie_embeddings) has no lm_head.weight: a file's must equal the embedding. A tensor the model does
 // not have (other than rotary inv_freq buffers) is an hlm::Error naming it and its file.
 void load_hf_weights(const std::string& hf_dir, const std::string& architecture, Model& model, bool tied_embeddings);
+
+// A tied file has no head tensor: where the model keeps lm_head.weight as a parameter and it was not loaded
+// (`loaded`, by registry index), copies the loaded embedding into it and marks it loaded.
+void fill_tied_head(Model& model, std::vector<bool>& loaded);
+
+// A tied file has no head tensor: where the model keeps lm_head.weight as a parameter and it was not loaded
+// (`loaded`, by registry index), copies the loaded embedding into it and marks it loaded. For every importer.
+void fill_tied_head(Model& model, std::vector<bool>& loaded);
 
 }  // namespace hlm
